@@ -1,0 +1,536 @@
+//! The test module: up to 64 bodies in a 10 m box, integer millimetres, four stages a step.
+//!
+//! Every rule here is written down in `docs/test-module.md`; the two must change together.
+
+use crate::cursor::Cursor;
+use crate::error::FormatError;
+use crate::link::{Link, Role, ARRIVAL_VELOCITY};
+use crate::op::Op;
+use crate::rng::Sfc32;
+
+/// The box's side in millimetres; every axis runs from 0 to `BOX_MM` inclusive.
+pub const BOX_MM: i32 = 10_000;
+/// The most bodies (slots) a world holds.
+pub const MAX_BODIES: usize = 64;
+/// Gravity of a fresh world, in mm/step² (about 9.8 m/s² at 60 steps/s).
+pub const DEFAULT_GRAVITY: i32 = 3;
+/// A bounce whose damped outgoing speed is below this (mm/step) settles on the wall.
+pub const SETTLE_SPEED: i64 = 8;
+/// Bounce damping: outgoing = -incoming * NUM / DEN, truncated toward zero.
+pub const BOUNCE_NUM: i64 = 3;
+/// See [`BOUNCE_NUM`].
+pub const BOUNCE_DEN: i64 = 4;
+/// Floor friction on horizontal velocity: v = v * NUM / DEN, truncated toward zero.
+pub const FRICTION_NUM: i64 = 7;
+/// See [`FRICTION_NUM`].
+pub const FRICTION_DEN: i64 = 8;
+/// Encoded size of one body in a snapshot.
+pub const BODY_BYTES: usize = 32;
+/// Encoded size of the snapshot header (step u64, gravity i32).
+pub const SNAPSHOT_HEADER_BYTES: usize = 12;
+/// The largest snapshot: 64 bodies.
+pub const MAX_SNAPSHOT_BYTES: usize = SNAPSHOT_HEADER_BYTES + MAX_BODIES * BODY_BYTES;
+/// The setup's encoded length.
+pub const SETUP_BYTES: usize = 6;
+
+/// 2D or 3D.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dims {
+    Two = 2,
+    Three = 3,
+}
+
+impl Dims {
+    /// How many axes move (x, y; plus z in 3D).
+    pub fn axes(self) -> usize {
+        self as usize
+    }
+}
+
+/// The 6-byte setup: dimensions, initial body count, seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Setup {
+    pub dims: Dims,
+    /// Initial body count, 1..=64.
+    pub bodies: u8,
+    pub seed: u32,
+}
+
+impl Setup {
+    /// Reads and checks the 6 setup bytes.
+    pub fn read(c: &mut Cursor<'_>) -> Result<Setup, FormatError> {
+        let at = c.offset();
+        let raw = c.take(SETUP_BYTES, "setup")?;
+        let dims = match raw[0] {
+            2 => Dims::Two,
+            3 => Dims::Three,
+            d => return Err(c.error_at(at, format!("expected dimensions 2 or 3, found {d}"))),
+        };
+        let bodies = raw[1];
+        if bodies == 0 || bodies as usize > MAX_BODIES {
+            return Err(c.error_at(
+                at + 1,
+                format!("expected body count 1..=64, found {bodies}"),
+            ));
+        }
+        let seed = u32::from_le_bytes([raw[2], raw[3], raw[4], raw[5]]);
+        Ok(Setup { dims, bodies, seed })
+    }
+
+    /// The 6 setup bytes.
+    pub fn to_bytes(&self) -> [u8; SETUP_BYTES] {
+        let s = self.seed.to_le_bytes();
+        [self.dims as u8, self.bodies, s[0], s[1], s[2], s[3]]
+    }
+}
+
+/// One body slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Body {
+    pub alive: bool,
+    /// Consecutive steps that ended with zero velocity.
+    pub still: u32,
+    pub pos: [i32; 3],
+    pub vel: [i32; 3],
+}
+
+/// A world: its setup and link, the step it is at, gravity, and its body slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct World {
+    setup: Setup,
+    link: Option<Link>,
+    /// Steps taken since step 0; the next step to run is numbered `step`.
+    pub step: u64,
+    pub gravity: i32,
+    pub bodies: Vec<Body>,
+}
+
+/// The four stages of a step, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    ApplyInput,
+    Gravity,
+    Move,
+    Bookkeeping,
+}
+
+impl Stage {
+    /// All stages in order.
+    pub const ALL: [Stage; 4] = [
+        Stage::ApplyInput,
+        Stage::Gravity,
+        Stage::Move,
+        Stage::Bookkeeping,
+    ];
+
+    /// Name printed in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::ApplyInput => "apply input",
+            Stage::Gravity => "gravity",
+            Stage::Move => "move",
+            Stage::Bookkeeping => "bookkeeping",
+        }
+    }
+}
+
+impl World {
+    /// The world at step 0 made from the setup's seed (see `docs/test-module.md`).
+    pub fn new(setup: Setup, link: Option<Link>) -> World {
+        let mut rng = Sfc32::from_seed(setup.seed);
+        let three = setup.dims == Dims::Three;
+        let mut bodies = Vec::with_capacity(MAX_BODIES);
+        for _ in 0..setup.bodies {
+            let mut b = Body {
+                alive: true,
+                ..Body::default()
+            };
+            b.pos[0] = rng.range(500, 9500);
+            b.pos[1] = rng.range(500, 9500);
+            if three {
+                b.pos[2] = rng.range(500, 9500);
+            }
+            b.vel[0] = rng.range(-40, 40);
+            b.vel[1] = rng.range(-40, 40);
+            if three {
+                b.vel[2] = rng.range(-40, 40);
+            }
+            bodies.push(b);
+        }
+        if let Some(l) = link {
+            if l.role == Role::Receiver {
+                if let Some(b) = bodies.get_mut(l.body as usize) {
+                    *b = Body::default();
+                }
+            }
+        }
+        World {
+            setup,
+            link,
+            step: 0,
+            gravity: DEFAULT_GRAVITY,
+            bodies,
+        }
+    }
+
+    /// The setup the world was made from.
+    pub fn setup(&self) -> Setup {
+        self.setup
+    }
+
+    /// The world's link block, if any.
+    pub fn link(&self) -> Option<Link> {
+        self.link
+    }
+
+    /// 2D or 3D.
+    pub fn dims(&self) -> Dims {
+        self.setup.dims
+    }
+
+    /// Runs one whole step.
+    pub fn step(&mut self, ops: &[Op]) {
+        self.apply_input(ops);
+        self.apply_gravity();
+        self.move_bodies();
+        self.bookkeeping();
+    }
+
+    /// Runs one stage.
+    pub fn run_stage(&mut self, stage: Stage, ops: &[Op]) {
+        match stage {
+            Stage::ApplyInput => self.apply_input(ops),
+            Stage::Gravity => self.apply_gravity(),
+            Stage::Move => self.move_bodies(),
+            Stage::Bookkeeping => self.bookkeeping(),
+        }
+    }
+
+    /// Runs one step, returning the world hash after each of the four stages.
+    pub fn step_with_stage_hashes(&mut self, ops: &[Op]) -> [u64; 4] {
+        let mut out = [0u64; 4];
+        for (i, stage) in Stage::ALL.into_iter().enumerate() {
+            self.run_stage(stage, ops);
+            out[i] = self.hash();
+        }
+        out
+    }
+
+    fn live_body(&mut self, index: u8) -> Option<&mut Body> {
+        self.bodies.get_mut(index as usize).filter(|b| b.alive)
+    }
+
+    /// Stage 1: applies the ops in order.
+    pub fn apply_input(&mut self, ops: &[Op]) {
+        let axes = self.dims().axes();
+        for op in ops {
+            match *op {
+                Op::Impulse { body, d } => {
+                    if let Some(b) = self.live_body(body) {
+                        for a in 0..axes {
+                            b.vel[a] = b.vel[a].saturating_add(d[a]);
+                        }
+                    }
+                }
+                Op::Teleport { body, pos } => {
+                    if let Some(b) = self.live_body(body) {
+                        b.pos[..axes].copy_from_slice(&pos[..axes]);
+                    }
+                }
+                Op::Remove { body } => {
+                    if let Some(b) = self.live_body(body) {
+                        *b = Body::default();
+                    }
+                }
+                Op::Gravity { g } => self.gravity = g,
+                Op::Spawn { pos } => {
+                    if self.bodies.len() < MAX_BODIES {
+                        let mut b = Body {
+                            alive: true,
+                            ..Body::default()
+                        };
+                        b.pos[..axes].copy_from_slice(&pos[..axes]);
+                        self.bodies.push(b);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stage 2: every live body's y velocity loses `gravity` (saturating).
+    pub fn apply_gravity(&mut self) {
+        let g = self.gravity;
+        for b in self.bodies.iter_mut().filter(|b| b.alive) {
+            b.vel[1] = b.vel[1].saturating_sub(g);
+        }
+    }
+
+    /// Stage 3: every live body moves, bounces off the walls, and feels floor friction.
+    pub fn move_bodies(&mut self) {
+        let axes = self.dims().axes();
+        for b in self.bodies.iter_mut().filter(|b| b.alive) {
+            for a in 0..axes {
+                let (p, v) = move_axis(b.pos[a], b.vel[a]);
+                b.pos[a] = p;
+                b.vel[a] = v;
+            }
+            if b.pos[1] == 0 {
+                for a in (0..axes).filter(|&a| a != 1) {
+                    b.vel[a] = (b.vel[a] as i64 * FRICTION_NUM / FRICTION_DEN) as i32;
+                }
+            }
+        }
+    }
+
+    /// Stage 4: still counts, the link transfer, and the step counter.
+    pub fn bookkeeping(&mut self) {
+        for b in self.bodies.iter_mut().filter(|b| b.alive) {
+            if b.vel == [0, 0, 0] {
+                b.still = b.still.saturating_add(1);
+            } else {
+                b.still = 0;
+            }
+        }
+        if let Some(l) = self.link {
+            if self.step == l.transfer_step as u64 {
+                let center = if self.dims() == Dims::Three {
+                    [BOX_MM / 2; 3]
+                } else {
+                    [BOX_MM / 2, BOX_MM / 2, 0]
+                };
+                if let Some(b) = self.bodies.get_mut(l.body as usize) {
+                    match l.role {
+                        Role::Sender => *b = Body::default(),
+                        Role::Receiver => {
+                            *b = Body {
+                                alive: true,
+                                still: 0,
+                                pos: center,
+                                vel: ARRIVAL_VELOCITY,
+                            }
+                        }
+                        Role::FieldsOnly => {}
+                    }
+                }
+            }
+        }
+        self.step = self.step.wrapping_add(1);
+    }
+
+    /// Live bodies.
+    pub fn alive_count(&self) -> usize {
+        self.bodies.iter().filter(|b| b.alive).count()
+    }
+
+    /// The snapshot's length for this world.
+    pub fn snapshot_len(&self) -> usize {
+        SNAPSHOT_HEADER_BYTES + self.bodies.len() * BODY_BYTES
+    }
+
+    /// Appends the canonical snapshot bytes.
+    pub fn write_snapshot(&self, out: &mut Vec<u8>) {
+        out.reserve(self.snapshot_len());
+        out.extend_from_slice(&self.step.to_le_bytes());
+        out.extend_from_slice(&self.gravity.to_le_bytes());
+        for b in &self.bodies {
+            out.extend_from_slice(&(b.alive as u32).to_le_bytes());
+            out.extend_from_slice(&b.still.to_le_bytes());
+            for v in b.pos.iter().chain(b.vel.iter()) {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+
+    /// The canonical snapshot bytes.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_snapshot(&mut out);
+        out
+    }
+
+    /// The world hash: XXH3-64 (seed 0) of the canonical snapshot bytes.
+    pub fn hash(&self) -> u64 {
+        let mut buf = [0u8; MAX_SNAPSHOT_BYTES];
+        let n = self.encode_into(&mut buf);
+        xxhash_rust::xxh3::xxh3_64(&buf[..n])
+    }
+
+    fn encode_into(&self, buf: &mut [u8; MAX_SNAPSHOT_BYTES]) -> usize {
+        buf[0..8].copy_from_slice(&self.step.to_le_bytes());
+        buf[8..12].copy_from_slice(&self.gravity.to_le_bytes());
+        let mut at = SNAPSHOT_HEADER_BYTES;
+        for b in &self.bodies {
+            let mut words = [0u32; 8];
+            words[0] = b.alive as u32;
+            words[1] = b.still;
+            for a in 0..3 {
+                words[2 + a] = b.pos[a] as u32;
+                words[5 + a] = b.vel[a] as u32;
+            }
+            for w in words {
+                buf[at..at + 4].copy_from_slice(&w.to_le_bytes());
+                at += 4;
+            }
+        }
+        at
+    }
+
+    /// Rebuilds a world from snapshot bytes, checking that they are canonical:
+    /// a whole number of 32-byte bodies, 1..=64 of them, `alive` 0 or 1, a removed
+    /// slot all zeros, and in 2D every z zero. `base` is the snapshot's offset in `input`.
+    pub fn from_snapshot(
+        setup: Setup,
+        link: Option<Link>,
+        input: &str,
+        bytes: &[u8],
+        base: u64,
+    ) -> Result<World, FormatError> {
+        let mut c = Cursor::new(input, bytes, base);
+        if bytes.len() < SNAPSHOT_HEADER_BYTES + BODY_BYTES
+            || bytes.len() > MAX_SNAPSHOT_BYTES
+            || (bytes.len() - SNAPSHOT_HEADER_BYTES) % BODY_BYTES != 0
+        {
+            return Err(c.error(format!(
+                "expected a world snapshot of 12 + 32 x (1..=64) bytes, found {} bytes",
+                bytes.len()
+            )));
+        }
+        let step = c.u64("snapshot step")?;
+        let gravity = c.i32("snapshot gravity")?;
+        let n = (bytes.len() - SNAPSHOT_HEADER_BYTES) / BODY_BYTES;
+        let mut bodies = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = c.offset();
+            let alive = c.u32("body alive")?;
+            let still = c.u32("body still count")?;
+            let mut pos = [0i32; 3];
+            let mut vel = [0i32; 3];
+            for p in pos.iter_mut() {
+                *p = c.i32("body position")?;
+            }
+            for v in vel.iter_mut() {
+                *v = c.i32("body velocity")?;
+            }
+            let body = Body {
+                alive: alive == 1,
+                still,
+                pos,
+                vel,
+            };
+            if alive > 1 {
+                return Err(c.error_at(at, format!("body {i}: expected alive 0 or 1, found {alive}")));
+            }
+            if !body.alive && body != Body::default() {
+                return Err(c.error_at(at, format!("body {i}: a removed body must be all zeros")));
+            }
+            if setup.dims == Dims::Two && (pos[2] != 0 || vel[2] != 0) {
+                return Err(c.error_at(at + 16, format!("body {i}: a 2D body must have z = 0 and velocity z = 0")));
+            }
+            bodies.push(body);
+        }
+        Ok(World {
+            setup,
+            link,
+            step,
+            gravity,
+            bodies,
+        })
+    }
+}
+
+/// Moves one axis: `p + v`, a reflection off the wall it crossed (damped, and settled
+/// against the wall when slow), then a clamp into the box. Computed in i64: never overflows.
+pub fn move_axis(p: i32, v: i32) -> (i32, i32) {
+    let l = BOX_MM as i64;
+    let mut np = p as i64 + v as i64;
+    let mut nv = v as i64;
+    let wall = if np < 0 {
+        np = -np;
+        Some(0)
+    } else if np > l {
+        np = 2 * l - np;
+        Some(l)
+    } else {
+        None
+    };
+    if let Some(w) = wall {
+        nv = -nv * BOUNCE_NUM / BOUNCE_DEN;
+        if nv.abs() < SETTLE_SPEED {
+            np = w;
+            nv = 0;
+        }
+    }
+    (np.clamp(0, l) as i32, nv as i32)
+}
+
+/// Where two worlds first differ: the field's name and both values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldDiff {
+    /// `None` for a world-level field (step, gravity, body count).
+    pub body: Option<usize>,
+    /// `step`, `gravity`, `body count`, `alive`, `still`, `position.x` … `velocity.z`.
+    pub field: &'static str,
+    pub a: i64,
+    pub b: i64,
+}
+
+impl std::fmt::Display for FieldDiff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.body {
+            Some(i) => write!(f, "body {i} {}", self.field),
+            None => write!(f, "{}", self.field),
+        }
+    }
+}
+
+/// Body field names in snapshot order.
+pub const BODY_FIELDS: [&str; 8] = [
+    "alive",
+    "still",
+    "position.x",
+    "position.y",
+    "position.z",
+    "velocity.x",
+    "velocity.y",
+    "velocity.z",
+];
+
+impl Body {
+    /// The body's eight fields in snapshot order.
+    pub fn fields(&self) -> [i64; 8] {
+        [
+            self.alive as i64,
+            self.still as i64,
+            self.pos[0] as i64,
+            self.pos[1] as i64,
+            self.pos[2] as i64,
+            self.vel[0] as i64,
+            self.vel[1] as i64,
+            self.vel[2] as i64,
+        ]
+    }
+}
+
+/// The first field (in snapshot order) where `a` and `b` differ.
+pub fn first_difference(a: &World, b: &World) -> Option<FieldDiff> {
+    let world = |field, x: i64, y: i64| (x != y).then_some(FieldDiff { body: None, field, a: x, b: y });
+    if let Some(d) = world("step", a.step as i64, b.step as i64) {
+        return Some(d);
+    }
+    if let Some(d) = world("gravity", a.gravity as i64, b.gravity as i64) {
+        return Some(d);
+    }
+    for (i, (x, y)) in a.bodies.iter().zip(&b.bodies).enumerate() {
+        for ((name, fx), fy) in BODY_FIELDS.iter().zip(x.fields()).zip(y.fields()) {
+            if fx != fy {
+                return Some(FieldDiff {
+                    body: Some(i),
+                    field: name,
+                    a: fx,
+                    b: fy,
+                });
+            }
+        }
+    }
+    world("body count", a.bodies.len() as i64, b.bodies.len() as i64)
+}
