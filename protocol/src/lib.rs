@@ -11,13 +11,20 @@
 //!
 //! Nothing here does I/O on a socket or reads a clock: the simulation is deterministic.
 
+pub mod bundle;
 pub mod cursor;
 pub mod error;
+pub mod fields;
+pub mod keyframe;
 pub mod link;
 pub mod op;
+pub mod ospc;
 pub mod ostm;
 pub mod recording;
 pub mod rng;
+pub mod scenario;
+pub mod trace;
+pub mod wire;
 pub mod world;
 
 pub use error::FormatError;

@@ -1,1 +1,44 @@
-fn main(){}
+//! `ostm-viewer`: inspects, verifies, attaches to, records and compares test-module worlds.
+//!
+//! Each subcommand lives in `cmd/<name>.rs` with its own `Args` and `run`.
+
+mod cmd;
+mod exit;
+
+use clap::{Parser, Subcommand};
+use exit::Exit;
+use std::process::ExitCode;
+
+/// Watch, record and check deterministic test-module worlds.
+///
+/// Exit codes, for every command: 0 ok, 1 a difference or drift was found,
+/// 2 bad input or failure. Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug).
+#[derive(Parser)]
+#[command(name = "ostm-viewer", version, about, long_about = None)]
+#[command(after_help = "Examples:
+  ostm-viewer inspect testdata/test-10000.ostm
+  ostm-viewer verify testdata/test-10000.ostm --json
+  ostm-viewer attach 127.0.0.1:7878 --record session.ostm
+  ostm-viewer check 127.0.0.1:7878 --steps 600")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Parse and validate a replay, print its header, flags, setup and op counts.
+    Inspect(cmd::inspect::Args),
+    /// Run a replay and compare every hash row by step number.
+    Verify(cmd::verify::Args),
+}
+
+fn main() -> ExitCode {
+    cmd::init_logging();
+    let cli = Cli::parse();
+    let exit: Exit = match cli.command {
+        Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Verify(a) => cmd::verify::run(a),
+    };
+    exit.into()
+}

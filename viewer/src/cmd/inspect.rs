@@ -1,0 +1,18 @@
+//! `ostm-viewer inspect` (being built).
+
+use crate::exit::{fail, Exit};
+
+/// Arguments of `inspect`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The replay file.
+    pub file: std::path::PathBuf,
+    /// Print JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `inspect`.
+pub fn run(_args: Args) -> Exit {
+    fail("not built yet")
+}

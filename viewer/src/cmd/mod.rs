@@ -1,0 +1,14 @@
+//! One module per subcommand.
+
+pub mod inspect;
+pub mod verify;
+
+/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `warn`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
