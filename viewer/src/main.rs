@@ -4,6 +4,7 @@
 
 mod cmd;
 mod exit;
+mod live;
 
 use clap::{Parser, Subcommand};
 use exit::Exit;
@@ -31,6 +32,10 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Run a replay and compare every hash row by step number.
     Verify(cmd::verify::Args),
+    /// Attach to a live host at any step, verify every step by number, record, report drift.
+    Attach(cmd::attach::Args),
+    /// Attach, verify N steps, and print a one-line verdict (for monitoring scripts).
+    Check(cmd::check::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +44,8 @@ fn main() -> ExitCode {
     let exit: Exit = match cli.command {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Verify(a) => cmd::verify::run(a),
+        Command::Attach(a) => cmd::attach::run(a),
+        Command::Check(a) => cmd::check::run(a),
     };
     exit.into()
 }

@@ -1,5 +1,7 @@
 //! One module per subcommand.
 
+pub mod attach;
+pub mod check;
 pub mod inspect;
 pub mod verify;
 
