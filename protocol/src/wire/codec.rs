@@ -159,7 +159,9 @@ impl<D: Message, E> Decoder for Codec<D, E> {
                 let e = FormatError::new(
                     &self.name,
                     self.consumed,
-                    format!("connection closed inside a frame: expected {want}, found {found} bytes"),
+                    format!(
+                        "connection closed inside a frame: expected {want}, found {found} bytes"
+                    ),
                 );
                 src.clear();
                 Err(e.into())

@@ -210,7 +210,12 @@ pub fn probe_bytes(world: &World) -> Vec<u8> {
 }
 
 /// Reads a probe snapshot of `len` bytes (link block last when `has_link`).
-fn read_probe(c: &mut Cursor<'_>, input: &str, len: usize, has_link: bool) -> Result<World, FormatError> {
+fn read_probe(
+    c: &mut Cursor<'_>,
+    input: &str,
+    len: usize,
+    has_link: bool,
+) -> Result<World, FormatError> {
     let at = c.offset();
     let link_len = if has_link { Link::LEN } else { 0 };
     if len > MAX_PROBE_BYTES || len < SETUP_BYTES + link_len {
@@ -222,7 +227,11 @@ fn read_probe(c: &mut Cursor<'_>, input: &str, len: usize, has_link: bool) -> Re
     let snap_len = len - SETUP_BYTES - link_len;
     let snap_at = p.offset();
     let snap = p.take(snap_len, "world snapshot")?;
-    let link = if has_link { Some(Link::read(&mut p, setup.bodies)?) } else { None };
+    let link = if has_link {
+        Some(Link::read(&mut p, setup.bodies)?)
+    } else {
+        None
+    };
     World::from_snapshot(setup, link, input, snap, snap_at)
 }
 
@@ -239,7 +248,10 @@ fn get_probe(c: &mut Cursor<'_>, input: &str) -> Result<World, FormatError> {
     let flags_at = c.offset();
     let flags = c.u8("probe flags")?;
     if flags > 1 {
-        return Err(c.error_at(flags_at, format!("expected probe flags 0 or 1, found {flags}")));
+        return Err(c.error_at(
+            flags_at,
+            format!("expected probe flags 0 or 1, found {flags}"),
+        ));
     }
     let len = c.u32("probe snapshot length")? as usize;
     read_probe(c, input, len, flags == 1)
@@ -249,7 +261,10 @@ fn read_text(c: &mut Cursor<'_>) -> Result<String, FormatError> {
     let at = c.offset();
     let len = c.u16("text length")? as usize;
     if len > MAX_TEXT_LEN {
-        return Err(c.error_at(at, format!("expected text length at most {MAX_TEXT_LEN}, found {len}")));
+        return Err(c.error_at(
+            at,
+            format!("expected text length at most {MAX_TEXT_LEN}, found {len}"),
+        ));
     }
     let raw = c.take(len, "text")?;
     Ok(String::from_utf8_lossy(raw).into_owned())
@@ -312,16 +327,31 @@ impl Message for ToHost {
                     // version: skip it unread so the host can answer "version mismatch".
                     let rest = c.remaining();
                     c.take(rest, "hello")?;
-                    return Ok(ToHost::Hello(Hello { version, role: 0, token: Vec::new() }));
+                    return Ok(ToHost::Hello(Hello {
+                        version,
+                        role: 0,
+                        token: Vec::new(),
+                    }));
                 }
                 let role = c.u8("role")?;
                 let token_len = c.u8("token length")? as usize;
                 let token = c.take(token_len, "token")?.to_vec();
-                Ok(ToHost::Hello(Hello { version, role, token }))
+                Ok(ToHost::Hello(Hello {
+                    version,
+                    role,
+                    token,
+                }))
             }
-            0x02 => Ok(ToHost::DriftRequest { step: c.u64("drift request step")? }),
-            0x03 => Ok(ToHost::Heartbeat { viewer_step: c.u64("heartbeat step")? }),
-            t => Err(c.error_at(at, format!("expected a viewer message type 0x01..=0x03, found 0x{t:02x}"))),
+            0x02 => Ok(ToHost::DriftRequest {
+                step: c.u64("drift request step")?,
+            }),
+            0x03 => Ok(ToHost::Heartbeat {
+                viewer_step: c.u64("heartbeat step")?,
+            }),
+            t => Err(c.error_at(
+                at,
+                format!("expected a viewer message type 0x01..=0x03, found 0x{t:02x}"),
+            )),
         }
     }
 }
@@ -330,7 +360,10 @@ fn read_magic(c: &mut Cursor<'_>) -> Result<(), FormatError> {
     let at = c.offset();
     let magic = c.take(MAGIC.len(), "magic")?;
     if magic != MAGIC {
-        return Err(c.error_at(at, format!("expected magic \"OSTMLIVE\", found {magic:02x?}")));
+        return Err(c.error_at(
+            at,
+            format!("expected magic \"OSTMLIVE\", found {magic:02x?}"),
+        ));
     }
     Ok(())
 }
@@ -406,12 +439,21 @@ impl Message for ToViewer {
                 if version != VERSION {
                     let rest = c.remaining();
                     c.take(rest, "welcome")?;
-                    return Ok(ToViewer::Welcome(Welcome { version, role: 0, rate: 0, heartbeat_ms: 0, ring: 0, queue: 0 }));
+                    return Ok(ToViewer::Welcome(Welcome {
+                        version,
+                        role: 0,
+                        rate: 0,
+                        heartbeat_ms: 0,
+                        ring: 0,
+                        queue: 0,
+                    }));
                 }
                 let role_at = c.offset();
                 let role = c.u8("role")?;
                 if role != PeerRole::Host as u8 {
-                    return Err(c.error_at(role_at, format!("expected role 2 (host), found {role}")));
+                    return Err(
+                        c.error_at(role_at, format!("expected role 2 (host), found {role}"))
+                    );
                 }
                 Ok(ToViewer::Welcome(Welcome {
                     version,
@@ -427,7 +469,12 @@ impl Message for ToViewer {
                 let kind = match c.u8("snapshot kind")? {
                     0 => SnapshotKind::Attach,
                     1 => SnapshotKind::Resync,
-                    k => return Err(c.error_at(kind_at, format!("expected snapshot kind 0 or 1, found {k}"))),
+                    k => {
+                        return Err(c.error_at(
+                            kind_at,
+                            format!("expected snapshot kind 0 or 1, found {k}"),
+                        ))
+                    }
                 };
                 let world = get_probe(c, input)?;
                 Ok(ToViewer::Snapshot { kind, world })
@@ -439,17 +486,28 @@ impl Message for ToViewer {
                 let base = c.offset();
                 let raw = c.take(len, "step input")?;
                 for_each_op(input, raw, base, |_| {})?;
-                Ok(ToViewer::Record(Record { step, hash, input: Bytes::copy_from_slice(raw) }))
+                Ok(ToViewer::Record(Record {
+                    step,
+                    hash,
+                    input: Bytes::copy_from_slice(raw),
+                }))
             }
-            0x84 => Ok(ToViewer::Heartbeat { host_step: c.u64("heartbeat step")? }),
+            0x84 => Ok(ToViewer::Heartbeat {
+                host_step: c.u64("heartbeat step")?,
+            }),
             0x85 => {
                 let reason_at = c.offset();
                 let b = c.u8("end reason")?;
-                let reason = EndReason::from_byte(b)
-                    .ok_or_else(|| c.error_at(reason_at, format!("expected end reason 1..=10, found {b}")))?;
+                let reason = EndReason::from_byte(b).ok_or_else(|| {
+                    c.error_at(reason_at, format!("expected end reason 1..=10, found {b}"))
+                })?;
                 let host_step = c.u64("end step")?;
                 let text = read_text(c)?;
-                Ok(ToViewer::End(End { reason, text, host_step }))
+                Ok(ToViewer::End(End {
+                    reason,
+                    text,
+                    host_step,
+                }))
             }
             0x86 => {
                 let step = c.u64("drift reply step")?;
@@ -458,21 +516,44 @@ impl Message for ToViewer {
                     0 => DriftStatus::Held,
                     1 => DriftStatus::TooOld,
                     2 => DriftStatus::NotReached,
-                    s => return Err(c.error_at(status_at, format!("expected drift status 0, 1 or 2, found {s}"))),
+                    s => {
+                        return Err(c.error_at(
+                            status_at,
+                            format!("expected drift status 0, 1 or 2, found {s}"),
+                        ))
+                    }
                 };
                 if status != DriftStatus::Held {
-                    return Ok(ToViewer::DriftReply(DriftReply { step, status, world: None, stages: None }));
+                    return Ok(ToViewer::DriftReply(DriftReply {
+                        step,
+                        status,
+                        world: None,
+                        stages: None,
+                    }));
                 }
                 let world = get_probe(c, input)?;
                 let has_at = c.offset();
                 let stages = match c.u8("stage hashes present")? {
                     0 => None,
-                    1 => Some([c.u64("stage hash")?, c.u64("stage hash")?, c.u64("stage hash")?, c.u64("stage hash")?]),
+                    1 => Some([
+                        c.u64("stage hash")?,
+                        c.u64("stage hash")?,
+                        c.u64("stage hash")?,
+                        c.u64("stage hash")?,
+                    ]),
                     b => return Err(c.error_at(has_at, format!("expected 0 or 1, found {b}"))),
                 };
-                Ok(ToViewer::DriftReply(DriftReply { step, status, world: Some(world), stages }))
+                Ok(ToViewer::DriftReply(DriftReply {
+                    step,
+                    status,
+                    world: Some(world),
+                    stages,
+                }))
             }
-            t => Err(c.error_at(at, format!("expected a host message type 0x81..=0x86, found 0x{t:02x}"))),
+            t => Err(c.error_at(
+                at,
+                format!("expected a host message type 0x81..=0x86, found 0x{t:02x}"),
+            )),
         }
     }
 }
