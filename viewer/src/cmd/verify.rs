@@ -48,7 +48,7 @@ fn progress_bar(steps: usize) -> indicatif::ProgressBar {
     }
     let bar = indicatif::ProgressBar::new(steps as u64);
     if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "verify {bar:40} {pos}/{len} steps ({per_sec}, eta {eta})",
+        "verify {bar:40} {human_pos}/{human_len} steps, eta {eta}",
     ) {
         bar.set_style(style);
     }
