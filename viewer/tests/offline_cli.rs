@@ -439,3 +439,70 @@ fn help_shows_examples_and_exit_codes() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The committed test data
+
+fn testdata_replays() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("list testdata")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ostm"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_committed_replay_inspects_and_verifies() {
+    let files = testdata_replays();
+    assert!(files.len() >= 6, "{files:?}");
+    for path in files {
+        let (code, out, err) = run(&["inspect", s(&path), "--json"]);
+        assert_eq!(code, 0, "{}: {err}", path.display());
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        assert_eq!(
+            doc["hashes"]["rows"],
+            doc["step_count"].as_u64().expect("count") + 1,
+            "{}",
+            path.display()
+        );
+        let (code, out, err) = run(&["verify", s(&path)]);
+        assert_eq!(code, 0, "{}: {out}{err}", path.display());
+        assert!(out.starts_with("ok: all "), "{}: {out}", path.display());
+    }
+}
+
+#[test]
+fn test_10000_is_what_the_contract_says() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/test-10000.ostm");
+    let (code, out, _) = run(&["inspect", s(&path), "--json"]);
+    assert_eq!(code, 0);
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(doc["setup"]["dims"], 3);
+    assert_eq!(doc["setup"]["bodies"], 24);
+    assert_eq!(doc["step_count"], 10_000);
+    assert_eq!(doc["hashes"]["last"]["step"], 10_000);
+}
+
+#[test]
+fn verify_catches_one_wrong_row_in_test_10000() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/test-10000.ostm");
+    let mut r = Replay::read_file(&src).expect("read test-10000");
+    let rows = r.hashes.as_mut().expect("rows");
+    let good = rows[7321];
+    rows[7321] = good.wrapping_add(1);
+    let path = write(dir.path(), "planted.ostm", &r);
+    let (code, out, _) = run(&["verify", s(&path)]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains(&format!(
+            "mismatch at step 7321 (hash row 7321): the file has {}, the run computed {}",
+            hex(good.wrapping_add(1)),
+            hex(good)
+        )),
+        "{out}"
+    );
+}
