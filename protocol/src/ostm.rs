@@ -122,9 +122,9 @@ impl Replay {
 
     /// The flags word this replay is written with.
     pub fn flags(&self) -> u16 {
-        (self.hashes.is_some() as u16) * FLAG_HASHES
-            | (self.start.is_some() as u16) * FLAG_START_SNAPSHOT
-            | (self.link.is_some() as u16) * FLAG_LINK
+        ((self.hashes.is_some() as u16) * FLAG_HASHES)
+            | ((self.start.is_some() as u16) * FLAG_START_SNAPSHOT)
+            | ((self.link.is_some() as u16) * FLAG_LINK)
     }
 
     /// The step the replay starts at: the start snapshot's, else 0.
