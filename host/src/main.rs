@@ -5,11 +5,10 @@
 //! - `hub`: what the stepping loop shares with the connections (ring, queues, counters).
 //! - `stepper`: the stepping loop, on its own thread.
 //! - `conn`: one viewer's connection.
-//! - `source`, `scenario`: where the world and its inputs come from.
+//! - `source`: where the world and its inputs come from.
 
 mod conn;
 mod hub;
-mod scenario;
 mod serve;
 mod source;
 mod stepper;

@@ -31,6 +31,9 @@ pub const DEFAULT_MAX_VIEWERS: usize = 256;
 pub const DEFAULT_QUEUE: u32 = 256;
 /// Default recent worlds held for drift requests.
 pub const DEFAULT_RING: u32 = 512;
+/// How long the host waits, once the stream has ended, for connections to deliver what
+/// is queued and their end message (or the stall timeout, if shorter).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Default stall timeout in milliseconds.
 pub const DEFAULT_STALL_MS: u64 = 10_000;
 
@@ -62,7 +65,7 @@ pub struct Args {
     /// Initial bodies of a generated world (1..=64; default 24).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=MAX_BODIES as i64), conflicts_with = "replay")]
     pub bodies: Option<u8>,
-    /// Seed of a generated world and its inputs (default 1).
+    /// Seed of a generated world and its inputs (default 10000).
     #[arg(long, conflicts_with = "replay")]
     pub seed: Option<u32>,
     /// Play this replay's inputs (from its start snapshot when it has one) instead of a
@@ -276,8 +279,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         }
     };
     drop(listener);
-    // Give every connection the time to send its end message (bounded by the stall timeout).
-    let wait = cfg.stall + Duration::from_secs(3);
+    // Give every connection a bounded time to deliver its queue and end message.
+    let wait = cfg.stall.min(SHUTDOWN_GRACE);
     if tokio::time::timeout(wait, async { while conns.join_next().await.is_some() {} })
         .await
         .is_err()

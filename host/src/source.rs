@@ -1,9 +1,9 @@
 //! Where the host's world and its inputs come from: the embedded default, a world made
 //! from `--dims/--bodies/--seed`, or a replay file's inputs.
 
-use crate::scenario::Scenario;
 use bytes::Bytes;
 use ostm_protocol::op::encode_input;
+use ostm_protocol::scenario::Scenario;
 use ostm_protocol::{Dims, Op, Replay, Setup, World};
 use std::path::Path;
 

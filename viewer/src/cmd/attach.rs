@@ -37,6 +37,9 @@ pub struct Args {
     /// Print events and the result as JSON objects, one per line, for scripts.
     #[arg(long)]
     pub json: bool,
+    /// Test only: verify at most this many steps per second (with a small receive buffer).
+    #[arg(long, hide = true)]
+    pub throttle: Option<u32>,
 }
 
 /// Resolves on Ctrl-C (never, if the signal cannot be watched).
@@ -82,6 +85,7 @@ pub fn run(args: Args) -> Exit {
         steps: args.steps,
         until: args.until,
         record: args.record.clone(),
+        throttle: args.throttle,
     };
     let json = args.json;
     let terminal = !json && std::io::stderr().is_terminal();

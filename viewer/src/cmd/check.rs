@@ -40,6 +40,7 @@ pub fn run(args: Args) -> Exit {
         steps: Some(args.steps),
         until: None,
         record: None,
+        throttle: None,
     };
     let outcome = rt.block_on(session::run(&opts, |_| {}, ctrl_c()));
     let (mut exit, line, mut obj) = verdict(&outcome);

@@ -34,6 +34,9 @@ pub struct Options {
     pub until: Option<u64>,
     /// Record to this file.
     pub record: Option<PathBuf>,
+    /// Test only: verify at most this many steps per second, with a small receive buffer,
+    /// so that the viewer falls behind a fast host.
+    pub throttle: Option<u32>,
 }
 
 /// Why the session stopped.
@@ -177,7 +180,7 @@ pub async fn run(
 
 async fn connect(opts: &Options) -> Result<(Conn, Welcome, World), Stop> {
     let fail = |s: String| Stop::Failed(s);
-    let stream = match timeout(CONNECT_TIMEOUT, TcpStream::connect(&opts.addr)).await {
+    let stream = match timeout(CONNECT_TIMEOUT, open(&opts.addr, opts.throttle.is_some())).await {
         Err(_) => return Err(fail(format!("cannot connect to {}: timed out", opts.addr))),
         Ok(Err(e)) => return Err(fail(format!("cannot connect to {}: {e}", opts.addr))),
         Ok(Ok(s)) => s,
@@ -229,6 +232,23 @@ async fn connect(opts: &Options) -> Result<(Conn, Welcome, World), Stop> {
             name(&other)
         ))),
     }
+}
+
+/// Connects; `small_buffer` asks for a 4 KiB receive buffer (test throttling only).
+async fn open(addr: &str, small_buffer: bool) -> std::io::Result<TcpStream> {
+    if !small_buffer {
+        return TcpStream::connect(addr).await;
+    }
+    let mut last = std::io::Error::other(format!("{addr} resolves to no address"));
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        socket.set_recv_buffer_size(4096)?;
+        match socket.connect(a).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// The next message, with the silence timeout; a closed connection or a bad frame is a failure.
@@ -315,6 +335,10 @@ async fn verify_loop(
                     return Stop::Drift(Box::new(drift(conn, st, before, &r, hash).await));
                 }
                 st.verified += 1;
+                if let Some(per_second) = opts.throttle {
+                    let due = st.started + Duration::from_secs_f64(st.verified as f64 / per_second.max(1) as f64);
+                    tokio::time::sleep_until(due.into()).await;
+                }
                 if let Some(rec) = st.recording.as_mut() {
                     if let Err(e) = rec.push(&r.input, hash) {
                         return Stop::Failed(format!("cannot write the recording: {e}"));
