@@ -97,10 +97,10 @@ pub fn run(args: Args) -> Exit {
                 let s = world.setup();
                 if json {
                     out(&serde_json::json!({"event": "attached", "addr": opts.addr, "step": world.step, "dims": s.dims as u8,
-                        "bodies": world.bodies.len(), "seed": s.seed, "host_rate": welcome.rate}).to_string());
+                        "slots": world.bodies.len(), "alive": world.alive_count(), "seed": s.seed, "host_rate": welcome.rate}).to_string());
                 } else {
                     let rate = if welcome.rate == 0 { "as fast as it can".to_string() } else { format!("{}/s", welcome.rate) };
-                    out(&format!("attached to {} at step {} ({}D, {} bodies, seed {}; host rate {rate})", opts.addr, world.step, s.dims as u8, world.bodies.len(), s.seed));
+                    out(&format!("attached to {} at step {} ({}D, seed {}, {} live bodies in {} slots; host rate {rate})", opts.addr, world.step, s.dims as u8, s.seed, world.alive_count(), world.bodies.len()));
                 }
             }
             Event::Resync { from, to, file } => {
