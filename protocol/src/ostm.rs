@@ -65,14 +65,7 @@ impl Inputs {
     /// Appends a step's input after checking it decodes; returns its ops.
     pub fn push(&mut self, input: &[u8]) -> Result<Vec<Op>, FormatError> {
         if input.len() > MAX_INPUT_LEN {
-            return Err(FormatError::new(
-                "input",
-                0,
-                format!(
-                    "expected at most {MAX_INPUT_LEN} input bytes, found {}",
-                    input.len()
-                ),
-            ));
+            return Err(FormatError::new("input", 0, format!("expected at most {MAX_INPUT_LEN} input bytes, found {}", input.len())));
         }
         let ops = crate::op::decode_input("input", input, 0)?;
         self.bytes.extend_from_slice(input);
@@ -171,9 +164,7 @@ impl Replay {
             if input.is_empty() {
                 counts.empty_steps += 1;
             }
-            let _ = for_each_op("", input, 0, |op| {
-                counts.by_kind[op.kind() as usize - 1] += 1
-            });
+            let _ = for_each_op("", input, 0, |op| counts.by_kind[op.kind() as usize - 1] += 1);
         }
         counts
     }
@@ -205,49 +196,27 @@ impl Replay {
         let at = c.offset();
         let flags = c.u16("flags")?;
         if flags & !(FLAG_HASHES | FLAG_START_SNAPSHOT | FLAG_LINK) != 0 {
-            return Err(c.error_at(
-                at,
-                format!("expected flag bits 3..15 to be 0, found flags 0x{flags:04x}"),
-            ));
+            return Err(c.error_at(at, format!("expected flag bits 3..15 to be 0, found flags 0x{flags:04x}")));
         }
         let has_link = flags & FLAG_LINK != 0;
         let at = c.offset();
         let setup_len = c.u32("setup length")?;
-        let want = if has_link {
-            SETUP_BYTES + Link::LEN
-        } else {
-            SETUP_BYTES
-        } as u32;
+        let want = if has_link { SETUP_BYTES + Link::LEN } else { SETUP_BYTES } as u32;
         if setup_len != want {
-            return Err(c.error_at(
-                at,
-                format!("expected setup length {want} (flags 0x{flags:04x}), found {setup_len}"),
-            ));
+            return Err(c.error_at(at, format!("expected setup length {want} (flags 0x{flags:04x}), found {setup_len}")));
         }
         let setup = Setup::read(&mut c)?;
-        let link = if has_link {
-            Some(Link::read(&mut c, setup.bodies)?)
-        } else {
-            None
-        };
+        let link = if has_link { Some(Link::read(&mut c, setup.bodies)?) } else { None };
         let at = c.offset();
         let count = c.u32("step count")?;
         if count > MAX_STEPS {
-            return Err(c.error_at(
-                at,
-                format!("expected step count at most {MAX_STEPS}, found {count}"),
-            ));
+            return Err(c.error_at(at, format!("expected step count at most {MAX_STEPS}, found {count}")));
         }
         let start = if flags & FLAG_START_SNAPSHOT != 0 {
             let at = c.offset();
             let len = c.u32("start snapshot length")? as usize;
             if len > MAX_SNAPSHOT_BYTES {
-                return Err(c.error_at(
-                    at,
-                    format!(
-                        "expected start snapshot length at most {MAX_SNAPSHOT_BYTES}, found {len}"
-                    ),
-                ));
+                return Err(c.error_at(at, format!("expected start snapshot length at most {MAX_SNAPSHOT_BYTES}, found {len}")));
             }
             let base = c.offset();
             let snap = c.take(len, "start snapshot")?;
@@ -258,11 +227,7 @@ impl Replay {
         let hashes = if flags & FLAG_HASHES != 0 {
             let rows = count as usize + 1;
             let raw = c.take(rows * 8, &format!("hash rows ({rows} x u64)"))?;
-            Some(
-                raw.chunks_exact(8)
-                    .map(|r| u64::from_le_bytes(r.try_into().unwrap_or([0; 8])))
-                    .collect(),
-            )
+            Some(raw.chunks_exact(8).map(|r| u64::from_le_bytes(r.try_into().unwrap_or([0; 8]))).collect())
         } else {
             None
         };
@@ -287,25 +252,13 @@ impl Replay {
             inputs.ends.push(inputs.bytes.len());
         }
         c.finish("replay")?;
-        Ok(Replay {
-            setup,
-            link,
-            start,
-            hashes,
-            inputs,
-        })
+        Ok(Replay { setup, link, start, hashes, inputs })
     }
 
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        write_header(
-            &mut out,
-            &self.setup,
-            self.link,
-            self.step_count() as u32,
-            self.flags(),
-        );
+        write_header(&mut out, &self.setup, self.link, self.step_count() as u32, self.flags());
         if let Some(w) = &self.start {
             out.extend_from_slice(&(w.snapshot_len() as u32).to_le_bytes());
             w.write_snapshot(&mut out);
@@ -333,11 +286,7 @@ pub fn write_header(out: &mut Vec<u8>, setup: &Setup, link: Option<Link>, steps:
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&flags.to_le_bytes());
-    let setup_len = if link.is_some() {
-        SETUP_BYTES + Link::LEN
-    } else {
-        SETUP_BYTES
-    } as u32;
+    let setup_len = if link.is_some() { SETUP_BYTES + Link::LEN } else { SETUP_BYTES } as u32;
     out.extend_from_slice(&setup_len.to_le_bytes());
     out.extend_from_slice(&setup.to_bytes());
     if let Some(l) = link {
@@ -352,12 +301,7 @@ pub enum Verdict {
     /// Every row matched (or there were none); the final world hash.
     Match { final_hash: u64, rows_checked: u64 },
     /// The first row that differs: its step number and both hashes.
-    Mismatch {
-        step: u64,
-        row: usize,
-        expected: u64,
-        actual: u64,
-    },
+    Mismatch { step: u64, row: usize, expected: u64, actual: u64 },
 }
 
 impl Replay {
@@ -369,12 +313,7 @@ impl Replay {
         let check = |row: usize, world: &World| -> Option<Verdict> {
             let rows = rows?;
             let actual = world.hash();
-            (rows[row] != actual).then_some(Verdict::Mismatch {
-                step: world.step,
-                row,
-                expected: rows[row],
-                actual,
-            })
+            (rows[row] != actual).then_some(Verdict::Mismatch { step: world.step, row, expected: rows[row], actual })
         };
         if let Some(v) = check(0, &world) {
             return v;

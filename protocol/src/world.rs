@@ -418,19 +418,13 @@ impl World {
                 vel,
             };
             if alive > 1 {
-                return Err(c.error_at(
-                    at,
-                    format!("body {i}: expected alive 0 or 1, found {alive}"),
-                ));
+                return Err(c.error_at(at, format!("body {i}: expected alive 0 or 1, found {alive}")));
             }
             if !body.alive && body != Body::default() {
                 return Err(c.error_at(at, format!("body {i}: a removed body must be all zeros")));
             }
             if setup.dims == Dims::Two && (pos[2] != 0 || vel[2] != 0) {
-                return Err(c.error_at(
-                    at + 16,
-                    format!("body {i}: a 2D body must have z = 0 and velocity z = 0"),
-                ));
+                return Err(c.error_at(at + 16, format!("body {i}: a 2D body must have z = 0 and velocity z = 0")));
             }
             bodies.push(body);
         }
@@ -519,14 +513,7 @@ impl Body {
 
 /// The first field (in snapshot order) where `a` and `b` differ.
 pub fn first_difference(a: &World, b: &World) -> Option<FieldDiff> {
-    let world = |field, x: i64, y: i64| {
-        (x != y).then_some(FieldDiff {
-            body: None,
-            field,
-            a: x,
-            b: y,
-        })
-    };
+    let world = |field, x: i64, y: i64| (x != y).then_some(FieldDiff { body: None, field, a: x, b: y });
     if let Some(d) = world("step", a.step as i64, b.step as i64) {
         return Some(d);
     }
