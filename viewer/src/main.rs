@@ -4,6 +4,7 @@
 
 mod cmd;
 mod exit;
+mod render;
 
 use clap::{Parser, Subcommand};
 use exit::Exit;
@@ -31,6 +32,16 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Run a replay and compare every hash row by step number.
     Verify(cmd::verify::Args),
+    /// Print a world's density (per grid vertex) and occupancy (per triangle) at a step.
+    Fields(cmd::fields::Args),
+    /// Draw a world at a step as SVG or PNG: box, bodies, a field overlay, ghosts.
+    Render(cmd::render::Args),
+    /// Follow a body across a linked pair of replays; exit 1 if they do not continue each other.
+    Follow(cmd::follow::Args),
+    /// Write a pose cache (.ospc) of a replay's bodies moved by an offset.
+    Ghost(cmd::ghost::Args),
+    /// Compare a replay with a pose cache frame by frame; exit 1 beyond the tolerance.
+    Compare(cmd::compare::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +50,11 @@ fn main() -> ExitCode {
     let exit: Exit = match cli.command {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Verify(a) => cmd::verify::run(a),
+        Command::Fields(a) => cmd::fields::run(a),
+        Command::Render(a) => cmd::render::run(a),
+        Command::Follow(a) => cmd::follow::run(a),
+        Command::Ghost(a) => cmd::ghost::run(a),
+        Command::Compare(a) => cmd::compare::run(a),
     };
     exit.into()
 }

@@ -1,6 +1,11 @@
 //! One module per subcommand.
 
+pub mod compare;
+pub mod fields;
+pub mod follow;
+pub mod ghost;
 pub mod inspect;
+pub mod render;
 pub mod verify;
 
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `warn`).
