@@ -9,14 +9,16 @@ use std::path::PathBuf;
 
 /// Arguments of `compare`.
 #[derive(clap::Args)]
-#[command(after_help = "At each frame's step the run's world is compared with the cache body by body: the \
+#[command(
+    after_help = "At each frame's step the run's world is compared with the cache body by body: the \
 deviation is the largest absolute difference over the axes between the pose minus the offset \
 and the body's position (mm). A body present on one side only is a presence mismatch. \
 Exit 0 when no body is beyond --tolerance, 1 when one is, 2 on bad input.
 
 Examples:
   ostm-viewer compare testdata/test-2d-600.ostm testdata/test-2d-ghost.ospc --offset 400,0
-  ostm-viewer compare run.ostm engine-dump.ospc --offset 0,0,0 --tolerance 2 --json")]
+  ostm-viewer compare run.ostm engine-dump.ospc --offset 0,0,0 --tolerance 2 --json"
+)]
 pub struct Args {
     /// The replay.
     pub run: PathBuf,
@@ -85,7 +87,11 @@ pub fn run(args: Args) -> Exit {
     let mut results = Vec::with_capacity(cache.frame_count());
     for f in 0..cache.frame_count() {
         if f > 0 {
-            world.step(&replay.inputs.ops((world.step - replay.start_step()) as usize));
+            world.step(
+                &replay
+                    .inputs
+                    .ops((world.step - replay.start_step()) as usize),
+            );
         }
         let poses = cache.frame(f).unwrap_or(&[]);
         let devs = deviations(&world, poses, offset);
@@ -115,7 +121,10 @@ pub fn run(args: Args) -> Exit {
         }
         results.push(r);
     }
-    let first_bad = results.iter().enumerate().find_map(|(f, r)| r.first_beyond.map(|b| (f, r.step, b)));
+    let first_bad = results
+        .iter()
+        .enumerate()
+        .find_map(|(f, r)| r.first_beyond.map(|b| (f, r.step, b)));
     if args.json {
         let frames: Vec<_> = results
             .iter()
@@ -170,9 +179,18 @@ pub fn run(args: Args) -> Exit {
             let presence: String = r
                 .presence
                 .iter()
-                .map(|&(b, in_run)| format!("; body {b} only in the {}", if in_run { "run" } else { "cache" }))
+                .map(|&(b, in_run)| {
+                    format!(
+                        "; body {b} only in the {}",
+                        if in_run { "run" } else { "cache" }
+                    )
+                })
                 .collect();
-            let mark = if r.first_beyond.is_some() { "  BEYOND" } else { "" };
+            let mark = if r.first_beyond.is_some() {
+                "  BEYOND"
+            } else {
+                ""
+            };
             println!("  frame {f:>4} step {:>8}: {worst}{presence}{mark}", r.step);
         }
         match first_bad {
@@ -180,8 +198,12 @@ pub fn run(args: Args) -> Exit {
             Some((f, step, (b, d))) => {
                 let what = match d {
                     Deviation::Distance(x) => format!("deviates {x} mm"),
-                    Deviation::Presence { in_run: true } => "is in the run but not in the cache".to_string(),
-                    Deviation::Presence { in_run: false } => "is in the cache but not in the run".to_string(),
+                    Deviation::Presence { in_run: true } => {
+                        "is in the run but not in the cache".to_string()
+                    }
+                    Deviation::Presence { in_run: false } => {
+                        "is in the cache but not in the run".to_string()
+                    }
                     Deviation::Absent => String::new(),
                 };
                 println!("first beyond tolerance: frame {f} (step {step}), body {b} {what}");

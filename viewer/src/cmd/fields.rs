@@ -8,14 +8,16 @@ use serde_json::json;
 
 /// Arguments of `fields`.
 #[derive(clap::Args)]
-#[command(after_help = "Density is per grid vertex (9 x 9), in bodies (--json: exact integers in units of \
+#[command(
+    after_help = "Density is per grid vertex (9 x 9), in bodies (--json: exact integers in units of \
 1/1 562 500 body); occupancy is per triangle (8 x 8 cells, lower/upper triangle). \
 The floor plane is x-y in 2D (seen from the side) and x-z in 3D (seen from above); \
 see docs/test-module.md, \"Fields: density and occupancy\".
 
 Examples:
   ostm-viewer fields testdata/test-field-2d.ostm --step 120
-  ostm-viewer fields testdata/test-field-3d.ostm --step 0 --json | jq '.density.values[4][4]'")]
+  ostm-viewer fields testdata/test-field-3d.ostm --step 0 --json | jq '.density.values[4][4]'"
+)]
 pub struct Args {
     /// The replay file.
     pub file: std::path::PathBuf,
@@ -99,10 +101,18 @@ pub fn to_text(name: &str, world: &World, f: &Fields) -> String {
     );
     match world.link() {
         Some(l) => {
-            let _ = writeln!(s, "fields declared by the link block (role {}, {})", l.role as u8, l.role.name());
+            let _ = writeln!(
+                s,
+                "fields declared by the link block (role {}, {})",
+                l.role as u8,
+                l.role.name()
+            );
         }
         None => {
-            let _ = writeln!(s, "no link block: this world declares no fields (computed anyway)");
+            let _ = writeln!(
+                s,
+                "no link block: this world declares no fields (computed anyway)"
+            );
         }
     }
     let rows = |n: usize| -> Vec<usize> {
@@ -148,7 +158,11 @@ pub fn to_text(name: &str, world: &World, f: &Fields) -> String {
         let _ = write!(s, "{j:>5}");
         for i in 0..GRID {
             let [a, b] = f.occupancy[j][i];
-            let cell = if a == 0 && b == 0 { ".".to_string() } else { format!("{a}/{b}") };
+            let cell = if a == 0 && b == 0 {
+                ".".to_string()
+            } else {
+                format!("{a}/{b}")
+            };
             let _ = write!(s, "{cell:>7}");
         }
         s.push('\n');

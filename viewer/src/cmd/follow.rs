@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 /// Arguments of `follow`.
 #[derive(clap::Args)]
-#[command(after_help = "LEFT must be the sender (role 1: declares ContinuedBy, key tm-left) and RIGHT the \
+#[command(
+    after_help = "LEFT must be the sender (role 1: declares ContinuedBy, key tm-left) and RIGHT the \
 receiver (role 2: declares Continues, key tm-right) of the same body at the same transfer \
 step T, in worlds of the same dimensions, and both replays must hold steps T and T + 1. Then the \
 body is followed: last seen in LEFT at step T, gone at step T + 1; absent in RIGHT at step T, \
@@ -16,7 +17,8 @@ reason is listed), 2 on unreadable input.
 
 Examples:
   ostm-viewer follow testdata/test-link-left.ostm testdata/test-link-right.ostm --body 3
-  ostm-viewer follow testdata/test-link-left.ostm testdata/test-link-right.ostm --body 3 --window 10 --json")]
+  ostm-viewer follow testdata/test-link-left.ostm testdata/test-link-right.ostm --body 3 --window 10 --json"
+)]
 pub struct Args {
     /// The sending world's replay.
     pub left: PathBuf,
@@ -107,14 +109,20 @@ fn header_reasons(left: &Replay, right: &Replay, body: Option<u8>) -> Vec<String
         ));
     }
     if l.body != r.body {
-        why.push(format!("LEFT sends body {} but RIGHT receives body {}", l.body, r.body));
+        why.push(format!(
+            "LEFT sends body {} but RIGHT receives body {}",
+            l.body, r.body
+        ));
     }
     if let Some(b) = body {
         if b != l.body {
             why.push(format!("--body {b}, but LEFT's link names body {}", l.body));
         }
         if b != r.body && r.body == l.body {
-            why.push(format!("--body {b}, but RIGHT's link names body {}", r.body));
+            why.push(format!(
+                "--body {b}, but RIGHT's link names body {}",
+                r.body
+            ));
         }
     }
     if l.transfer_step != r.transfer_step {
@@ -176,7 +184,10 @@ pub fn run(args: Args) -> Exit {
         (Ok(l), Ok(r)) => (l, r),
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
-    let (lname, rname) = (args.left.display().to_string(), args.right.display().to_string());
+    let (lname, rname) = (
+        args.left.display().to_string(),
+        args.right.display().to_string(),
+    );
     let mut reasons = header_reasons(&left, &right, args.body);
     let mut summary = serde_json::Value::Null;
     let mut shown: Vec<Seen> = Vec::new();
@@ -191,7 +202,10 @@ pub fn run(args: Args) -> Exit {
         let rt = track("RIGHT", &right, body, t + 1);
         let last_alive = lt.iter().rev().find(|s| s.pos.is_some()).copied();
         let gone = match last_alive {
-            Some(s) => lt.iter().find(|g| g.step > s.step && g.pos.is_none()).map(|g| g.step),
+            Some(s) => lt
+                .iter()
+                .find(|g| g.step > s.step && g.pos.is_none())
+                .map(|g| g.step),
             None => None,
         };
         let appeared = rt.iter().find(|s| s.pos.is_some()).copied();
@@ -204,7 +218,10 @@ pub fn run(args: Args) -> Exit {
             Some(_) => {}
         }
         match appeared {
-            None => reasons.push(format!("body {body} never appears in RIGHT up to step {}", t + 1)),
+            None => reasons.push(format!(
+                "body {body} never appears in RIGHT up to step {}",
+                t + 1
+            )),
             Some(s) if s.step != t + 1 => reasons.push(format!(
                 "body {body} is already present in RIGHT at step {}, before the transfer",
                 s.step
@@ -248,7 +265,11 @@ pub fn run(args: Args) -> Exit {
                 let from = (t + 1).saturating_sub(args.window);
                 shown.extend(lt.iter().filter(|s| s.step >= from && s.step <= t));
                 let rt_long = track("RIGHT", &right, body, t + args.window);
-                shown.extend(rt_long.iter().filter(|s| s.step > t && s.step <= t + args.window));
+                shown.extend(
+                    rt_long
+                        .iter()
+                        .filter(|s| s.step > t && s.step <= t + args.window),
+                );
             }
         }
     }
@@ -280,7 +301,13 @@ pub fn run(args: Args) -> Exit {
             println!("track:");
             for s in &shown {
                 match s.pos {
-                    Some(p) => println!("  {:<5} step {:>6}  {}  moving {}", s.side, s.step, fmt_pos(p), fmt_pos(s.vel)),
+                    Some(p) => println!(
+                        "  {:<5} step {:>6}  {}  moving {}",
+                        s.side,
+                        s.step,
+                        fmt_pos(p),
+                        fmt_pos(s.vel)
+                    ),
                     None => println!("  {:<5} step {:>6}  absent", s.side, s.step),
                 }
             }

@@ -10,12 +10,14 @@ use std::path::PathBuf;
 
 /// Arguments of `ghost`.
 #[derive(clap::Args)]
-#[command(after_help = "Frame f of the cache is the world at step FROM + f; every step must lie in the replay. \
+#[command(
+    after_help = "Frame f of the cache is the world at step FROM + f; every step must lie in the replay. \
 The format is docs/pose-cache.md.
 
 Examples:
   ostm-viewer ghost testdata/test-2d-600.ostm --from 200 --frames 40 --offset 400,0 -o test-2d-ghost.ospc
-  ostm-viewer ghost testdata/test-10000.ostm --from 0 --frames 600 --offset 0,0,-250 -o g.ospc --json")]
+  ostm-viewer ghost testdata/test-10000.ostm --from 0 --frames 600 --offset 0,0,-250 -o g.ospc --json"
+)]
 pub struct Args {
     /// The replay file.
     pub file: PathBuf,

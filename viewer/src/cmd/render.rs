@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 /// Arguments of `render`.
 #[derive(clap::Args)]
-#[command(after_help = "The picture shows the box from the side in 2D (x right, y up) and from above in 3D \
+#[command(
+    after_help = "The picture shows the box from the side in 2D (x right, y up) and from above in 3D \
 (x right, z down the page, higher bodies drawn larger), a field over the 8 x 8 floor grid as a \
 colour map with its legend, every live body with its index, and with --ghost the pose cache's \
 bodies at the same step (dashed, joined to their live body). The output's extension picks the \
@@ -18,7 +19,8 @@ format: .svg or .png.
 Examples:
   ostm-viewer render testdata/test-field-2d.ostm --step 120 -o frame.svg
   ostm-viewer render testdata/test-field-3d.ostm --step 60 --overlay occupancy -o frame.png
-  ostm-viewer render testdata/test-2d-600.ostm --step 210 --ghost testdata/test-2d-ghost.ospc -o ghost.png")]
+  ostm-viewer render testdata/test-2d-600.ostm --step 210 --ghost testdata/test-2d-ghost.ospc -o ghost.png"
+)]
 pub struct Args {
     /// The replay file.
     pub file: PathBuf,
@@ -47,7 +49,10 @@ pub fn run(args: Args) -> Exit {
         .map(|e| e.to_string_lossy().to_ascii_lowercase())
         .unwrap_or_default();
     if ext != "svg" && ext != "png" {
-        return fail(format!("{}: expected an output ending in .svg or .png", args.output.display()));
+        return fail(format!(
+            "{}: expected an output ending in .svg or .png",
+            args.output.display()
+        ));
     }
     if !(args.scale.is_finite() && args.scale > 0.0 && args.scale <= 8.0) {
         return fail(format!("expected --scale in (0, 8], found {}", args.scale));
@@ -78,12 +83,27 @@ pub fn run(args: Args) -> Exit {
     let ghost = match &cache {
         None => Ghost::None,
         Some((name, c)) => match c.frame_at_step(args.step) {
-            Some(poses) => Ghost::Poses { name: name.clone(), poses },
+            Some(poses) => Ghost::Poses {
+                name: name.clone(),
+                poses,
+            },
             None => {
                 let last = c.start_step() + c.frame_count() as u64 - 1;
-                tracing::warn!("{name} holds steps {}..={last}, not step {}", c.start_step(), args.step);
-                eprintln!("note: {name} has no frame for step {} (it holds steps {}..={last})", args.step, c.start_step());
-                Ghost::NoFrame { name: name.clone(), first: c.start_step(), last }
+                tracing::warn!(
+                    "{name} holds steps {}..={last}, not step {}",
+                    c.start_step(),
+                    args.step
+                );
+                eprintln!(
+                    "note: {name} has no frame for step {} (it holds steps {}..={last})",
+                    args.step,
+                    c.start_step()
+                );
+                Ghost::NoFrame {
+                    name: name.clone(),
+                    first: c.start_step(),
+                    last,
+                }
             }
         },
     };

@@ -14,7 +14,9 @@ pub fn world_at(replay: &Replay, step: u64) -> Result<World, String> {
     let first = replay.start_step();
     let last = first + replay.step_count() as u64;
     if step < first || step > last {
-        return Err(format!("step {step} is outside the replay, which holds steps {first}..={last}"));
+        return Err(format!(
+            "step {step} is outside the replay, which holds steps {first}..={last}"
+        ));
     }
     let mut world = replay.start_world();
     let n = (step - first) as usize;
@@ -36,7 +38,8 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new(len);
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} steps") {
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} steps")
+    {
         bar.set_style(style);
     }
     bar.set_message(what.to_string());
@@ -47,24 +50,30 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
 pub fn parse_offset(text: &str, dims: Dims) -> Result<[i32; 3], String> {
     let parts: Vec<&str> = text.split(',').map(str::trim).collect();
     if parts.len() < 2 || parts.len() > 3 {
-        return Err(format!("expected an offset X,Y or X,Y,Z in millimetres, found {text:?}"));
+        return Err(format!(
+            "expected an offset X,Y or X,Y,Z in millimetres, found {text:?}"
+        ));
     }
     let mut out = [0i32; 3];
     for (o, p) in out.iter_mut().zip(&parts) {
-        *o = p
-            .parse()
-            .map_err(|_| format!("expected an offset X,Y or X,Y,Z of 32-bit integers, found {text:?}"))?;
+        *o = p.parse().map_err(|_| {
+            format!("expected an offset X,Y or X,Y,Z of 32-bit integers, found {text:?}")
+        })?;
     }
     if dims == Dims::Two && out[2] != 0 {
-        return Err(format!("a 2D world takes an offset X,Y (or X,Y,0), found {text:?}"));
+        return Err(format!(
+            "a 2D world takes an offset X,Y (or X,Y,0), found {text:?}"
+        ));
     }
     Ok(out)
 }
 
 /// The file name part of a path, for titles.
 pub fn file_name(path: &std::path::Path) -> String {
-    path.file_name()
-        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 #[cfg(test)]

@@ -13,11 +13,21 @@ pub fn to_png(svg: &str, scale: f32) -> Result<Vec<u8>, String> {
     if opt.fontdb.is_empty() {
         tracing::warn!("no system fonts found: the PNG is drawn without its text");
     }
-    let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| format!("cannot parse the picture: {e}"))?;
+    let tree =
+        usvg::Tree::from_str(svg, &opt).map_err(|e| format!("cannot parse the picture: {e}"))?;
     let size = tree.size();
-    let (w, h) = ((size.width() * scale).ceil() as u32, (size.height() * scale).ceil() as u32);
-    let mut pixmap =
-        tiny_skia::Pixmap::new(w, h).ok_or_else(|| format!("cannot make a {w} x {h} picture (scale {scale})"))?;
-    resvg::render(&tree, tiny_skia::Transform::from_scale(scale, scale), &mut pixmap.as_mut());
-    pixmap.encode_png().map_err(|e| format!("cannot encode the PNG: {e}"))
+    let (w, h) = (
+        (size.width() * scale).ceil() as u32,
+        (size.height() * scale).ceil() as u32,
+    );
+    let mut pixmap = tiny_skia::Pixmap::new(w, h)
+        .ok_or_else(|| format!("cannot make a {w} x {h} picture (scale {scale})"))?;
+    resvg::render(
+        &tree,
+        tiny_skia::Transform::from_scale(scale, scale),
+        &mut pixmap.as_mut(),
+    );
+    pixmap
+        .encode_png()
+        .map_err(|e| format!("cannot encode the PNG: {e}"))
 }

@@ -72,13 +72,22 @@ const VIRIDIS: [(u8, u8, u8); 9] = [
 
 /// The colour of `t` in 0..=1 on the map, as `#rrggbb`.
 pub fn colour(t: f64) -> String {
-    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 };
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     let x = t * (VIRIDIS.len() - 1) as f64;
     let k = (x.floor() as usize).min(VIRIDIS.len() - 2);
     let f = x - k as f64;
     let (a, b) = (VIRIDIS[k], VIRIDIS[k + 1]);
     let mix = |p: u8, q: u8| (p as f64 + (q as f64 - p as f64) * f).round() as u8;
-    format!("#{:02x}{:02x}{:02x}", mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+    format!(
+        "#{:02x}{:02x}{:02x}",
+        mix(a.0, b.0),
+        mix(a.1, b.1),
+        mix(a.2, b.2)
+    )
 }
 
 /// Maps world millimetres to picture pixels.
@@ -133,7 +142,10 @@ impl View {
         let [au, av] = fields::floor_axes(self.dims);
         let lo = self.min - self.span;
         let hi = self.min + 2.0 * self.span;
-        self.px((pos[au] as f64).clamp(lo, hi), (pos[av] as f64).clamp(lo, hi))
+        self.px(
+            (pos[au] as f64).clamp(lo, hi),
+            (pos[av] as f64).clamp(lo, hi),
+        )
     }
 
     /// The pixel rectangle (x, y, w, h) of a floor rectangle.
@@ -152,7 +164,10 @@ fn esc(s: &str) -> String {
 }
 
 fn pos_attrs(pos: [i32; 3]) -> String {
-    format!(r#"data-x="{}" data-y="{}" data-z="{}""#, pos[0], pos[1], pos[2])
+    format!(
+        r#"data-x="{}" data-y="{}" data-z="{}""#,
+        pos[0], pos[1], pos[2]
+    )
 }
 
 /// Bodies in 3D are drawn larger the higher they are (nearer the viewer above).
@@ -174,13 +189,18 @@ pub fn render(frame: &Frame<'_>) -> String {
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="{FONT}" data-plot="{PLOT_X} {PLOT_Y} {PLOT} {PLOT}" data-view="{} {}" data-dims="{}" data-step="{}">
 "#,
-        view.min,
-        view.span,
-        dims as u8,
+        view.min, view.span, dims as u8, world.step
+    );
+    let _ = writeln!(
+        s,
+        "<title>{} at step {}</title>",
+        esc(&frame.name),
         world.step
     );
-    let _ = writeln!(s, "<title>{} at step {}</title>", esc(&frame.name), world.step);
-    let _ = writeln!(s, r#"<rect width="{WIDTH}" height="{HEIGHT}" fill="{BG}"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<rect width="{WIDTH}" height="{HEIGHT}" fill="{BG}"/>"#
+    );
     title(&mut s, frame, &f);
     let (bx, by, bw, bh) = view.rect(0.0, 0.0, BOX_MM as f64, BOX_MM as f64);
     let _ = writeln!(
@@ -270,7 +290,10 @@ fn occupancy_overlay(s: &mut String, view: &View, f: &Fields) {
     for j in 0..GRID {
         for i in 0..GRID {
             let c = |di: usize, dj: usize| {
-                view.px(((i + di) as i32 * CELL_MM) as f64, ((j + dj) as i32 * CELL_MM) as f64)
+                view.px(
+                    ((i + di) as i32 * CELL_MM) as f64,
+                    ((j + dj) as i32 * CELL_MM) as f64,
+                )
             };
             let corners = [[c(0, 0), c(1, 0), c(1, 1)], [c(0, 0), c(1, 1), c(0, 1)]];
             for (t, tri) in corners.iter().enumerate() {
@@ -289,15 +312,24 @@ fn occupancy_overlay(s: &mut String, view: &View, f: &Fields) {
 }
 
 fn grid(s: &mut String, view: &View) {
-    let _ = writeln!(s, r#"<g id="grid" stroke="{INK}" stroke-opacity="0.18" stroke-width="1">"#);
+    let _ = writeln!(
+        s,
+        r#"<g id="grid" stroke="{INK}" stroke-opacity="0.18" stroke-width="1">"#
+    );
     for k in 1..GRID {
         let m = (k as i32 * CELL_MM) as f64;
         let (x0, y0) = view.px(m, 0.0);
         let (x1, y1) = view.px(m, BOX_MM as f64);
-        let _ = writeln!(s, r#"<line x1="{x0:.1}" y1="{y0:.1}" x2="{x1:.1}" y2="{y1:.1}"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{x0:.1}" y1="{y0:.1}" x2="{x1:.1}" y2="{y1:.1}"/>"#
+        );
         let (x0, y0) = view.px(0.0, m);
         let (x1, y1) = view.px(BOX_MM as f64, m);
-        let _ = writeln!(s, r#"<line x1="{x0:.1}" y1="{y0:.1}" x2="{x1:.1}" y2="{y1:.1}"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{x0:.1}" y1="{y0:.1}" x2="{x1:.1}" y2="{y1:.1}"/>"#
+        );
     }
     s.push_str("</g>\n");
 }
@@ -344,7 +376,11 @@ fn ghosts(s: &mut String, view: &View, world: &World, ghost: &Ghost<'_>) {
     for (i, p) in poses.iter().enumerate().filter(|(_, p)| p.present) {
         let (x, y) = view.body_px(p.pos);
         let r = body_radius(view.dims, p.pos);
-        let _ = write!(s, r#"<g class="ghost" data-index="{i}" {}>"#, pos_attrs(p.pos));
+        let _ = write!(
+            s,
+            r#"<g class="ghost" data-index="{i}" {}>"#,
+            pos_attrs(p.pos)
+        );
         if let Some(b) = world.bodies.get(i).filter(|b| b.alive) {
             let (bx, by) = view.body_px(b.pos);
             let _ = write!(
@@ -384,9 +420,20 @@ fn legend(s: &mut String, frame: &Frame<'_>, f: &Fields) {
     match frame.overlay {
         Overlay::Density => {
             let max = f.max_density().max(DENSITY_ONE);
-            let _ = writeln!(s, r#"<text x="{x}" y="{:.1}" font-size="16" font-weight="bold" fill="{INK}">density</text>"#, top - 14.0);
-            let _ = writeln!(s, r#"<text x="{x}" y="{:.1}">bodies per vertex</text>"#, top + 4.0);
-            let _ = writeln!(s, r#"<defs><linearGradient id="ramp" x1="0" y1="1" x2="0" y2="0">"#);
+            let _ = writeln!(
+                s,
+                r#"<text x="{x}" y="{:.1}" font-size="16" font-weight="bold" fill="{INK}">density</text>"#,
+                top - 14.0
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{x}" y="{:.1}">bodies per vertex</text>"#,
+                top + 4.0
+            );
+            let _ = writeln!(
+                s,
+                r#"<defs><linearGradient id="ramp" x1="0" y1="1" x2="0" y2="0">"#
+            );
             for k in 0..VIRIDIS.len() {
                 let t = k as f64 / (VIRIDIS.len() - 1) as f64;
                 let _ = writeln!(s, r#"<stop offset="{t:.3}" stop-color="{}"/>"#, colour(t));
@@ -398,12 +445,18 @@ fn legend(s: &mut String, frame: &Frame<'_>, f: &Fields) {
                 r#"<rect x="{x}" y="{y0:.1}" width="26" height="{bar_h}" fill="url(#ramp)" stroke="{DIM}" stroke-width="1"/>"#
             );
             // Ticks at a round step (in bodies), and the top of the bar at the largest value.
-            let step = [156_250u32, 312_500, 390_625, 781_250, 1_562_500, 3_125_000, 7_812_500, 15_625_000, 31_250_000]
-                .into_iter()
-                .find(|&st| max / st <= 5)
-                .unwrap_or(31_250_000);
+            let step = [
+                156_250u32, 312_500, 390_625, 781_250, 1_562_500, 3_125_000, 7_812_500, 15_625_000,
+                31_250_000,
+            ]
+            .into_iter()
+            .find(|&st| max / st <= 5)
+            .unwrap_or(31_250_000);
             let mut ticks: Vec<u32> = (0..=max / step).map(|k| k * step).collect();
-            if ticks.last().is_some_and(|&t| (max - t) as f64 > max as f64 * 0.08) {
+            if ticks
+                .last()
+                .is_some_and(|&t| (max - t) as f64 > max as f64 * 0.08)
+            {
                 ticks.push(max);
             }
             for v in ticks {
@@ -421,8 +474,16 @@ fn legend(s: &mut String, frame: &Frame<'_>, f: &Fields) {
         }
         Overlay::Occupancy => {
             let max = f.max_occupancy().max(1);
-            let _ = writeln!(s, r#"<text x="{x}" y="{:.1}" font-size="16" font-weight="bold" fill="{INK}">occupancy</text>"#, top - 14.0);
-            let _ = writeln!(s, r#"<text x="{x}" y="{:.1}">bodies per triangle</text>"#, top + 4.0);
+            let _ = writeln!(
+                s,
+                r#"<text x="{x}" y="{:.1}" font-size="16" font-weight="bold" fill="{INK}">occupancy</text>"#,
+                top - 14.0
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{x}" y="{:.1}">bodies per triangle</text>"#,
+                top + 4.0
+            );
             let steps = max.min(12);
             let sw = (bar_h / (steps + 1) as f64).min(30.0);
             for k in 0..=steps {
@@ -439,7 +500,11 @@ fn legend(s: &mut String, frame: &Frame<'_>, f: &Fields) {
             }
         }
         Overlay::None => {
-            let _ = writeln!(s, r#"<text x="{x}" y="{:.1}" font-size="16" font-weight="bold" fill="{INK}">no overlay</text>"#, top - 14.0);
+            let _ = writeln!(
+                s,
+                r#"<text x="{x}" y="{:.1}" font-size="16" font-weight="bold" fill="{INK}">no overlay</text>"#,
+                top - 14.0
+            );
         }
     }
     // Key: body, ghost.
@@ -509,7 +574,8 @@ fn short(v: u32) -> String {
 mod tests {
     use super::*;
 
-    const OVERLAY_VERTICES: usize = ostm_protocol::fields::VERTICES * ostm_protocol::fields::VERTICES;
+    const OVERLAY_VERTICES: usize =
+        ostm_protocol::fields::VERTICES * ostm_protocol::fields::VERTICES;
     const OVERLAY_TRIANGLES: usize = GRID * GRID * 2;
     use ostm_protocol::world::{Body, Setup};
     use ostm_protocol::{Link, Role};
@@ -538,7 +604,9 @@ mod tests {
     }
 
     fn num(n: roxmltree::Node<'_, '_>, attr: &str) -> f64 {
-        n.attribute(attr).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+        n.attribute(attr)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
     }
 
     #[test]
@@ -554,36 +622,89 @@ mod tests {
     fn a_2d_body_is_drawn_from_the_side_and_a_3d_body_from_above() {
         // Plot 760 px for 10 000 mm: 0.076 px/mm, origin (84, 112).
         let w = world(Dims::Two, &[[2500, 7500, 0]], None);
-        let frame = Frame { name: "a.ostm".into(), world: &w, overlay: Overlay::None, ghost: Ghost::None };
+        let frame = Frame {
+            name: "a.ostm".into(),
+            world: &w,
+            overlay: Overlay::None,
+            ghost: Ghost::None,
+        };
         let svg = render(&frame);
         let doc = parse(&svg);
-        let c = doc.descendants().find(|n| n.has_tag_name("circle") && n.parent().and_then(|p| p.attribute("class")) == Some("body")).expect("body circle");
+        let c = doc
+            .descendants()
+            .find(|n| {
+                n.has_tag_name("circle")
+                    && n.parent().and_then(|p| p.attribute("class")) == Some("body")
+            })
+            .expect("body circle");
         // x = 84 + 2500 * 0.076 = 274; y up: 112 + (10000 - 7500) * 0.076 = 302.
         assert_eq!((num(c, "cx"), num(c, "cy")), (274.0, 302.0));
         let w = world(Dims::Three, &[[2500, 7500, 1000]], None);
-        let frame = Frame { name: "a.ostm".into(), world: &w, overlay: Overlay::None, ghost: Ghost::None };
+        let frame = Frame {
+            name: "a.ostm".into(),
+            world: &w,
+            overlay: Overlay::None,
+            ghost: Ghost::None,
+        };
         let svg = render(&frame);
         let doc = parse(&svg);
-        let c = doc.descendants().find(|n| n.has_tag_name("circle") && n.parent().and_then(|p| p.attribute("class")) == Some("body")).expect("body circle");
+        let c = doc
+            .descendants()
+            .find(|n| {
+                n.has_tag_name("circle")
+                    && n.parent().and_then(|p| p.attribute("class")) == Some("body")
+            })
+            .expect("body circle");
         // z down the page: y = 112 + 1000 * 0.076 = 188; radius 8 + 6 * 0.75 = 12.5.
-        assert_eq!((num(c, "cx"), num(c, "cy"), num(c, "r")), (274.0, 188.0, 12.5));
+        assert_eq!(
+            (num(c, "cx"), num(c, "cy"), num(c, "r")),
+            (274.0, 188.0, 12.5)
+        );
     }
 
     #[test]
     fn the_density_overlay_has_a_rect_per_vertex_cut_at_the_walls() {
-        let w = world(Dims::Two, &[[1000, 250, 0]], Some(Link { role: Role::FieldsOnly, body: 0, transfer_step: 0 }));
-        let frame = Frame { name: "a&b.ostm".into(), world: &w, overlay: Overlay::Density, ghost: Ghost::None };
+        let w = world(
+            Dims::Two,
+            &[[1000, 250, 0]],
+            Some(Link {
+                role: Role::FieldsOnly,
+                body: 0,
+                transfer_step: 0,
+            }),
+        );
+        let frame = Frame {
+            name: "a&b.ostm".into(),
+            world: &w,
+            overlay: Overlay::Density,
+            ghost: Ghost::None,
+        };
         let svg = render(&frame);
         let doc = parse(&svg);
-        let rects: Vec<_> = doc.descendants().filter(|n| n.attribute("class") == Some("vertex")).collect();
+        let rects: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("vertex"))
+            .collect();
         assert_eq!(rects.len(), OVERLAY_VERTICES);
-        let at = |i: &str, j: &str| rects.iter().find(|n| n.attribute("data-i") == Some(i) && n.attribute("data-j") == Some(j)).copied().expect("vertex");
+        let at = |i: &str, j: &str| {
+            rects
+                .iter()
+                .find(|n| n.attribute("data-i") == Some(i) && n.attribute("data-j") == Some(j))
+                .copied()
+                .expect("vertex")
+        };
         // Hand-computed: vertex (1, 0) holds 1000 x 1000.
         assert_eq!(at("1", "0").attribute("data-value"), Some("1000000"));
         assert_eq!(at("0", "1").attribute("data-value"), Some("62500"));
         // Corner vertex (0, 0): 625 mm square = 47.5 px; interior (1, 1): 1250 mm = 95 px.
-        assert_eq!((num(at("0", "0"), "width"), num(at("0", "0"), "height")), (47.5, 47.5));
-        assert_eq!((num(at("1", "1"), "width"), num(at("1", "1"), "height")), (95.0, 95.0));
+        assert_eq!(
+            (num(at("0", "0"), "width"), num(at("0", "0"), "height")),
+            (47.5, 47.5)
+        );
+        assert_eq!(
+            (num(at("1", "1"), "width"), num(at("1", "1"), "height")),
+            (95.0, 95.0)
+        );
         // The title escapes the name.
         assert!(svg.contains("a&amp;b.ostm"));
     }
@@ -591,14 +712,26 @@ mod tests {
     #[test]
     fn the_occupancy_overlay_has_two_triangles_per_cell() {
         let w = world(Dims::Three, &[[1000, 0, 250], [1850, 0, 600]], None);
-        let frame = Frame { name: "a".into(), world: &w, overlay: Overlay::Occupancy, ghost: Ghost::None };
+        let frame = Frame {
+            name: "a".into(),
+            world: &w,
+            overlay: Overlay::Occupancy,
+            ghost: Ghost::None,
+        };
         let svg = render(&frame);
         let doc = parse(&svg);
-        let tris: Vec<_> = doc.descendants().filter(|n| n.attribute("class") == Some("triangle")).collect();
+        let tris: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("triangle"))
+            .collect();
         assert_eq!(tris.len(), OVERLAY_TRIANGLES);
         let value = |i: &str, j: &str, t: &str| {
             tris.iter()
-                .find(|n| n.attribute("data-i") == Some(i) && n.attribute("data-j") == Some(j) && n.attribute("data-t") == Some(t))
+                .find(|n| {
+                    n.attribute("data-i") == Some(i)
+                        && n.attribute("data-j") == Some(j)
+                        && n.attribute("data-t") == Some(t)
+                })
                 .and_then(|n| n.attribute("data-value"))
         };
         assert_eq!(value("0", "0", "0"), Some("1"));
@@ -609,21 +742,33 @@ mod tests {
     #[test]
     fn ghosts_outside_the_box_widen_the_window_and_are_drawn() {
         let w = world(Dims::Two, &[[9800, 100, 0]], None);
-        let poses = [Pose { present: true, pos: [10_200, 100, 0] }];
+        let poses = [Pose {
+            present: true,
+            pos: [10_200, 100, 0],
+        }];
         let frame = Frame {
             name: "a".into(),
             world: &w,
             overlay: Overlay::None,
-            ghost: Ghost::Poses { name: "g.ospc".into(), poses: &poses },
+            ghost: Ghost::Poses {
+                name: "g.ospc".into(),
+                poses: &poses,
+            },
         };
         let svg = render(&frame);
         let doc = parse(&svg);
         let root = doc.root_element();
         // 200 mm past the wall plus 300 mm margin on every side.
         assert_eq!(root.attribute("data-view"), Some("-500 11000"));
-        let g = doc.descendants().find(|n| n.attribute("class") == Some("ghost")).expect("ghost");
+        let g = doc
+            .descendants()
+            .find(|n| n.attribute("class") == Some("ghost"))
+            .expect("ghost");
         assert_eq!(g.attribute("data-x"), Some("10200"));
-        let c = g.children().find(|n| n.has_tag_name("circle")).expect("ghost circle");
+        let c = g
+            .children()
+            .find(|n| n.has_tag_name("circle"))
+            .expect("ghost circle");
         let k = PLOT / 11_000.0;
         assert!((num(c, "cx") - (PLOT_X + 10_700.0 * k)).abs() < 0.06);
         assert!(num(c, "cx") < PLOT_X + PLOT);
