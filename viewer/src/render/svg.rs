@@ -55,6 +55,7 @@ const PANEL: &str = "#1b2030";
 const INK: &str = "#e9ecf3";
 const DIM: &str = "#98a2b8";
 const GHOST: &str = "#ff6fcf";
+const LINK: &str = "#ffb020";
 const FONT: &str = "DejaVu Sans, Helvetica, Arial, sans-serif";
 
 /// Viridis, nine stops from 0 to 1.
@@ -240,22 +241,26 @@ fn title(s: &mut String, frame: &Frame<'_>, f: &Fields) {
     let link = match world.link() {
         Some(l) => match l.declaration() {
             Some(d) => format!(
-                " · {} of body {} at step {} ({d}, {})",
+                "link: {} of body {} at step {} (declares {d}, key {})",
                 l.role.name(),
                 l.body,
                 l.transfer_step,
                 l.own_key().unwrap_or("")
             ),
-            None => " · fields declared (role 3)".to_string(),
+            None => "link: fields only (role 3), declares density and occupancy".to_string(),
         },
-        None => " · no link block: fields not declared".to_string(),
+        None => "no link block: the fields are shown but not declared".to_string(),
     };
     let _ = writeln!(
         s,
-        r#"<text x="{PLOT_X}" y="76" font-size="15" fill="{DIM}">{view} · {} of {} bodies live · Σ density {}{}</text>"#,
+        r#"<text x="{PLOT_X}" y="72" font-size="14" fill="{DIM}">{view} · {} of {} bodies live · Σ density {}</text>"#,
         world.alive_count(),
         world.bodies.len(),
         density_decimal(f.total_density().min(u32::MAX as u64) as u32),
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{PLOT_X}" y="92" font-size="14" fill="{DIM}">{}</text>"#,
         esc(&link)
     );
 }
@@ -399,9 +404,20 @@ fn ghosts(s: &mut String, view: &View, world: &World, ghost: &Ghost<'_>) {
 
 fn bodies(s: &mut String, view: &View, world: &World) {
     let _ = writeln!(s, r#"<g id="bodies">"#);
+    let linked = world
+        .link()
+        .filter(|l| l.declaration().is_some())
+        .map(|l| l.body as usize);
     for (i, b) in world.bodies.iter().enumerate().filter(|(_, b)| b.alive) {
         let (x, y) = view.body_px(b.pos);
         let r = body_radius(view.dims, b.pos);
+        if linked == Some(i) {
+            let _ = writeln!(
+                s,
+                r#"<circle class="link-ring" cx="{x:.1}" cy="{y:.1}" r="{:.1}" fill="none" stroke="{LINK}" stroke-width="3"/>"#,
+                r + 5.0
+            );
+        }
         let _ = writeln!(
             s,
             r##"<g class="body" data-index="{i}" {}><circle cx="{x:.1}" cy="{y:.1}" r="{r:.1}" fill="#ffffff" stroke="{BG}" stroke-width="2"/><text x="{x:.1}" y="{:.1}" font-size="10" font-weight="bold" text-anchor="middle" fill="{BG}">{i}</text></g>"##,
@@ -531,6 +547,18 @@ fn legend(s: &mut String, frame: &Frame<'_>, f: &Fields) {
             ky + 68.5
         );
         ky += 64.0;
+    }
+    if let Some(l) = frame.world.link().filter(|l| l.declaration().is_some()) {
+        let _ = writeln!(
+            s,
+            r#"<circle cx="{:.1}" cy="{:.1}" r="13" fill="none" stroke="{LINK}" stroke-width="3"/><text x="{:.1}" y="{:.1}">linked body {}</text>"#,
+            x + 13.0,
+            ky + 32.0,
+            x + 32.0,
+            ky + 36.5,
+            l.body
+        );
+        ky += 32.0;
     }
     match &frame.ghost {
         Ghost::Poses { name, .. } => {
