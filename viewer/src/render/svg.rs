@@ -186,10 +186,9 @@ pub fn render(frame: &Frame<'_>) -> String {
     let view = View::new(dims, &frame.ghost);
     let f = fields::compute(world);
     let mut s = String::with_capacity(64 * 1024);
-    let _ = write!(
+    let _ = writeln!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="{FONT}" data-plot="{PLOT_X} {PLOT_Y} {PLOT} {PLOT}" data-view="{} {}" data-dims="{}" data-step="{}">
-"#,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="{FONT}" data-plot="{PLOT_X} {PLOT_Y} {PLOT} {PLOT}" data-view="{} {}" data-dims="{}" data-step="{}">"#,
         view.min, view.span, dims as u8, world.step
     );
     let _ = writeln!(
