@@ -20,7 +20,9 @@ use std::process::ExitCode;
   ostm-viewer inspect testdata/test-10000.ostm
   ostm-viewer verify testdata/test-10000.ostm --json
   ostm-viewer attach 127.0.0.1:7878 --record session.ostm
-  ostm-viewer check 127.0.0.1:7878 --steps 600")]
+  ostm-viewer check 127.0.0.1:7878 --steps 600
+  ostm-viewer render testdata/test-field-2d.ostm --step 300 -o frame.png
+  ostm-viewer follow testdata/test-link-left.ostm testdata/test-link-right.ostm --body 3")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
