@@ -14,9 +14,9 @@
 //!              present u8 (0 or 1), x i32, y i32, z i32   (13 bytes)
 //! ```
 //! An absent pose is all zeros; in 2D every z is 0. The file ends after the last pose.
-//! Frame `f` is the world at step `start step + f` (after that step's bookkeeping stage
-//! of the step before, the state the hash row of that step describes). The full
-//! definition is `docs/pose-cache.md`.
+//! Frame `f` is the world at step `start step + f`: the state after the bookkeeping stage
+//! of the step before, which that step's hash row describes. The full definition is
+//! `docs/pose-cache.md`.
 
 use crate::cursor::Cursor;
 use crate::error::FormatError;
