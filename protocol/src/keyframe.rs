@@ -231,7 +231,12 @@ pub fn parse(input: &str, bytes: &[u8]) -> Result<Keyframe, FormatError> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         FormatError::new(input, byte_offset(bytes, e.line(), e.column()), format!("expected JSON: {e}"))
     })?;
-    from_value(&value).map_err(|(path, message)| FormatError::new(input, 0, format!("{path}: {message}")))
+    parse_value(input, &value)
+}
+
+/// Checks a keyframe already parsed as JSON; errors name the JSON path at offset 0.
+pub fn parse_value(input: &str, value: &Value) -> Result<Keyframe, FormatError> {
+    from_value(value).map_err(|(path, message)| FormatError::new(input, 0, format!("{path}: {message}")))
 }
 
 /// Byte offset of a 1-based line and column as serde_json reports them.

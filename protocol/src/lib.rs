@@ -23,6 +23,7 @@ pub mod ostm;
 pub mod recording;
 pub mod rng;
 pub mod scenario;
+pub mod seek;
 pub mod trace;
 pub mod wire;
 pub mod world;
