@@ -31,6 +31,18 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Run a replay and compare every hash row by step number.
     Verify(cmd::verify::Args),
+    /// Print one line per step of a replay: hash, gravity and every body's fields.
+    Trace(cmd::trace::Args),
+    /// Find where two traces or replays first differ (exit 0 same, 1 different, 2 bad input).
+    FirstDifference(cmd::first_difference::Args),
+    /// Reproduce the failure a bundle holds and print the first difference.
+    Replay(cmd::replay::Args),
+    /// Export the world at a step as a molen/keyframe@1 JSON keyframe.
+    Keyframe(cmd::keyframe::Args),
+    /// Write a seek index: keyframes every K steps beside a replay.
+    Index(cmd::index::Args),
+    /// Reach a step from the nearest indexed keyframe.
+    Seek(cmd::seek::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +51,12 @@ fn main() -> ExitCode {
     let exit: Exit = match cli.command {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Verify(a) => cmd::verify::run(a),
+        Command::Trace(a) => cmd::trace::run(a),
+        Command::FirstDifference(a) => cmd::first_difference::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Keyframe(a) => cmd::keyframe::run(a),
+        Command::Index(a) => cmd::index::run(a),
+        Command::Seek(a) => cmd::seek::run(a),
     };
     exit.into()
 }

@@ -1,6 +1,12 @@
 //! One module per subcommand.
 
+pub mod first_difference;
+pub mod index;
 pub mod inspect;
+pub mod keyframe;
+pub mod replay;
+pub mod seek;
+pub mod trace;
 pub mod verify;
 
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `warn`).
