@@ -7,6 +7,7 @@
 //! - [`link`]: the link block (linked worlds).
 //! - [`ostm`]: reading and writing `.ostm` replays.
 //! - [`recording`]: writing a replay step by step without holding its inputs in memory.
+//! - [`scenario`], [`testdata`]: the seeded input generator and the generated test data.
 //! - [`cursor`], [`error`]: bounds-checked reading and the one error type.
 //!
 //! Nothing here does I/O on a socket or reads a clock: the simulation is deterministic.
@@ -24,6 +25,7 @@ pub mod recording;
 pub mod rng;
 pub mod scenario;
 pub mod seek;
+pub mod testdata;
 pub mod trace;
 pub mod wire;
 pub mod world;
