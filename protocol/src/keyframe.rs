@@ -10,6 +10,7 @@
 
 use crate::error::FormatError;
 use crate::link::{Link, Role};
+use crate::ostm::{Replay, Verdict};
 use crate::rng::Sfc32;
 use crate::world::{Body, Dims, Setup, World, MAX_BODIES};
 use serde::ser::{SerializeMap, Serializer};
@@ -451,6 +452,43 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
     Ok(Keyframe { world, tick_rate, engine })
 }
 
+/// Runs `replay` on from a keyframe's world: the world must have the replay's setup and
+/// link and a step within the replay; rows from that step on are compared, numbered as in
+/// the file. This is what `verify --from-keyframe` and a host serving from a keyframe use.
+///
+/// # Errors
+/// A message when the keyframe does not belong to the replay.
+pub fn verify_from(replay: &Replay, mut world: World) -> Result<Verdict, String> {
+    if world.setup() != replay.setup || world.link() != replay.link {
+        return Err(format!(
+            "the keyframe's setup ({}) is not the replay's ({})",
+            crate::trace::setup_line(&world.setup(), world.link()),
+            crate::trace::setup_line(&replay.setup, replay.link)
+        ));
+    }
+    let start = replay.start_step();
+    let end = start + replay.step_count() as u64;
+    if world.step < start || world.step > end {
+        return Err(format!("the keyframe's tick {} is outside the replay's steps {start}..={end}", world.step));
+    }
+    let first = (world.step - start) as usize;
+    let rows = replay.hashes.as_deref();
+    let mut checked = 0u64;
+    for row in first..=replay.step_count() {
+        if row > first {
+            world.step(&replay.inputs.ops(row - 1));
+        }
+        if let Some(rows) = rows {
+            let actual = world.hash();
+            checked += 1;
+            if rows[row] != actual {
+                return Ok(Verdict::Mismatch { step: world.step, row, expected: rows[row], actual });
+            }
+        }
+    }
+    Ok(Verdict::Match { final_hash: world.hash(), rows_checked: checked })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,6 +567,32 @@ mod tests {
         }
         // The unplanted document passes, so each refusal above is the plant's doing.
         assert!(parse("k.json", good.to_string().as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn a_keyframe_continues_exactly_like_the_original_at_several_steps() {
+        let mut r = Replay::new(Setup { dims: Dims::Two, bodies: 9, seed: 31 }, None);
+        for i in 0..600 {
+            let ops = match i % 97 {
+                0 => vec![Op::Impulse { body: (i % 9) as u8, d: [70, 90, 0] }],
+                13 => vec![Op::Spawn { pos: [5000, 8000, 0] }],
+                _ => vec![],
+            };
+            r.inputs.push_ops(&ops);
+        }
+        r.compute_hashes();
+        let mut w = r.start_world();
+        for at in [0usize, 1, 97, 110, 333, 599, 600] {
+            while (w.step as usize) < at {
+                w.step(&r.inputs.ops(w.step as usize));
+            }
+            let k = parse("k", to_json_line(&w, 60).unwrap().as_bytes()).unwrap();
+            assert_eq!(verify_from(&r, k.world.clone()), Ok(Verdict::Match { final_hash: *r.hashes.as_ref().unwrap().last().unwrap(), rows_checked: (601 - at) as u64 }));
+            // A planted one-unit change is caught at the keyframe's own row.
+            let mut planted = k.world;
+            planted.bodies[0].vel[0] += 1;
+            assert!(matches!(verify_from(&r, planted), Ok(Verdict::Mismatch { row, .. }) if row == at));
+        }
     }
 
     #[test]
