@@ -100,6 +100,30 @@ impl Bundle {
         })
     }
 
+    /// A bundle for a live drift, self-contained in one step: the viewer's world `before`
+    /// the drifting step (whose hash the host agreed with) becomes the start snapshot,
+    /// `input` (that step's input as the host sent it) the only step, and the hash rows
+    /// are `before`'s hash and the host's hash after the step. `viewer_after` is the
+    /// writer's world; `host_after` the host's snapshot at that step when it sent one.
+    ///
+    /// # Errors
+    /// `input` that does not decode as a step input.
+    pub fn from_drift(
+        before: &World,
+        input: &[u8],
+        host_hash: u64,
+        viewer_after: &World,
+        host_after: Option<World>,
+        description: &str,
+    ) -> Result<Bundle, FormatError> {
+        let mut replay = Replay::new(before.setup(), before.link());
+        replay.start = Some(before.clone());
+        replay.inputs.push(input)?;
+        replay.hashes = Some(vec![before.hash(), host_hash]);
+        Bundle::from_mismatch(&replay, 1, viewer_after.hash(), Some(viewer_after.clone()), host_after, description)
+            .ok_or_else(|| FormatError::new("drift", 0, "expected a one-step replay"))
+    }
+
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
@@ -362,6 +386,30 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(Bundle::from_bytes("b", &bytes[..cut]).is_err(), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn a_drift_bundle_replays_to_the_drift_reports_field() {
+        // A host whose world was changed outside the rules: body 2 one mm/step faster.
+        let mut viewer = replay().start_world();
+        for _ in 0..30 {
+            viewer.step(&[]);
+        }
+        let before = viewer.clone();
+        let input = crate::op::encode_input(&[Op::Impulse { body: 1, d: [5, 5, 5] }]);
+        viewer.step(&crate::op::decode_input("", &input, 0).unwrap());
+        let mut host = viewer.clone();
+        host.bodies[2].vel[0] += 1;
+        let drift = first_difference(&host, &viewer).unwrap();
+        let b = Bundle::from_drift(&before, &input, host.hash(), &viewer, Some(host.clone()), "drift").unwrap();
+        let b = Bundle::from_bytes("b", &b.to_bytes()).unwrap();
+        assert_eq!((b.step, b.row), (31, 1));
+        let report = b.check();
+        assert_eq!(report.mismatch.map(|m| (m.step, m.expected, m.computed)), Some((31, host.hash(), viewer.hash())));
+        let d = report.difference.unwrap();
+        // The same body and field as the drift report, values swapped (this build first).
+        assert_eq!((d.diff.body, d.diff.field, d.diff.a, d.diff.b), (drift.body, drift.field, drift.b, drift.a));
+        assert_eq!(d.other, "reference");
     }
 
     #[test]
