@@ -120,8 +120,15 @@ impl Bundle {
         replay.start = Some(before.clone());
         replay.inputs.push(input)?;
         replay.hashes = Some(vec![before.hash(), host_hash]);
-        Bundle::from_mismatch(&replay, 1, viewer_after.hash(), Some(viewer_after.clone()), host_after, description)
-            .ok_or_else(|| FormatError::new("drift", 0, "expected a one-step replay"))
+        Bundle::from_mismatch(
+            &replay,
+            1,
+            viewer_after.hash(),
+            Some(viewer_after.clone()),
+            host_after,
+            description,
+        )
+        .ok_or_else(|| FormatError::new("drift", 0, "expected a one-step replay"))
     }
 
     /// The file's bytes.
@@ -129,7 +136,8 @@ impl Bundle {
         let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
-        let flags = (self.writer.is_some() as u16) * FLAG_WRITER | (self.reference.is_some() as u16) * FLAG_REFERENCE;
+        let flags = ((self.writer.is_some() as u16) * FLAG_WRITER)
+            | ((self.reference.is_some() as u16) * FLAG_REFERENCE);
         out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(&self.step.to_le_bytes());
         out.extend_from_slice(&self.row.to_le_bytes());
@@ -162,9 +170,15 @@ impl Bundle {
     /// Reads a bundle file (at most [`MAX_BUNDLE_BYTES`]).
     pub fn read_file(path: &Path) -> Result<Bundle, FormatError> {
         let name = path.display().to_string();
-        let len = std::fs::metadata(path).map_err(|e| FormatError::io(&name, &e))?.len();
+        let len = std::fs::metadata(path)
+            .map_err(|e| FormatError::io(&name, &e))?
+            .len();
         if len > MAX_BUNDLE_BYTES {
-            return Err(FormatError::new(&name, 0, format!("expected a bundle of at most {MAX_BUNDLE_BYTES} bytes, found {len}")));
+            return Err(FormatError::new(
+                &name,
+                0,
+                format!("expected a bundle of at most {MAX_BUNDLE_BYTES} bytes, found {len}"),
+            ));
         }
         let bytes = std::fs::read(path).map_err(|e| FormatError::io(&name, &e))?;
         Bundle::from_bytes(&name, &bytes)
@@ -175,7 +189,10 @@ impl Bundle {
         let mut c = Cursor::new(input, bytes, 0);
         let magic = c.take(8, "magic")?;
         if magic != MAGIC {
-            return Err(c.error_at(0, format!("expected magic \"OSTMBNDL\", found {magic:02x?}")));
+            return Err(c.error_at(
+                0,
+                format!("expected magic \"OSTMBNDL\", found {magic:02x?}"),
+            ));
         }
         let at = c.offset();
         let version = c.u16("version")?;
@@ -185,7 +202,10 @@ impl Bundle {
         let at = c.offset();
         let flags = c.u16("flags")?;
         if flags & !(FLAG_WRITER | FLAG_REFERENCE) != 0 {
-            return Err(c.error_at(at, format!("expected flag bits 2..15 to be 0, found flags 0x{flags:04x}")));
+            return Err(c.error_at(
+                at,
+                format!("expected flag bits 2..15 to be 0, found flags 0x{flags:04x}"),
+            ));
         }
         let step = c.u64("failing step")?;
         let row_at = c.offset();
@@ -202,7 +222,10 @@ impl Bundle {
             .map_err(|_| c.error_at(dat, "expected a UTF-8 description"))?
             .to_string();
         let mut snaps = Vec::new();
-        for (bit, what) in [(FLAG_WRITER, "writer snapshot"), (FLAG_REFERENCE, "reference snapshot")] {
+        for (bit, what) in [
+            (FLAG_WRITER, "writer snapshot"),
+            (FLAG_REFERENCE, "reference snapshot"),
+        ] {
             if flags & bit == 0 {
                 snaps.push(None);
                 continue;
@@ -218,15 +241,34 @@ impl Bundle {
         let at = c.offset();
         let rlen = c.u32("replay length")? as usize;
         if rlen != c.remaining() {
-            return Err(c.error_at(at, format!("expected the replay length to be the {} bytes that remain, found {rlen}", c.remaining())));
+            return Err(c.error_at(
+                at,
+                format!(
+                    "expected the replay length to be the {} bytes that remain, found {rlen}",
+                    c.remaining()
+                ),
+            ));
         }
         let base = c.offset();
         let rbytes = c.take(rlen, "replay")?;
-        let replay = Replay::from_bytes(input, rbytes).map_err(|e| FormatError::new(input, base + e.offset, format!("embedded replay: {}", e.message)))?;
+        let replay = Replay::from_bytes(input, rbytes).map_err(|e| {
+            FormatError::new(
+                input,
+                base + e.offset,
+                format!("embedded replay: {}", e.message),
+            )
+        })?;
         let Some(rows) = replay.hashes.as_ref() else {
-            return Err(FormatError::new(input, base, "expected the embedded replay to have hash rows (flag bit 0)"));
+            return Err(FormatError::new(
+                input,
+                base,
+                "expected the embedded replay to have hash rows (flag bit 0)",
+            ));
         };
-        if row as usize >= rows.len() || rows[row as usize] != expected || replay.start_step().wrapping_add(row as u64) != step {
+        if row as usize >= rows.len()
+            || rows[row as usize] != expected
+            || replay.start_step().wrapping_add(row as u64) != step
+        {
             return Err(c.error_at(row_at, format!(
                 "expected the failing row to be a hash row of the replay at the failing step with the expected hash; row {row} of {}, step {step}",
                 rows.len()
@@ -237,14 +279,30 @@ impl Bundle {
             Some((at, b)) => {
                 let w = World::from_snapshot(replay.setup, replay.link, input, b, at)?;
                 if w.step != step {
-                    return Err(FormatError::new(input, at, format!("expected a snapshot at the failing step {step}, found step {}", w.step)));
+                    return Err(FormatError::new(
+                        input,
+                        at,
+                        format!(
+                            "expected a snapshot at the failing step {step}, found step {}",
+                            w.step
+                        ),
+                    ));
                 }
                 Ok(Some(w))
             }
         });
         let writer = worlds.next().unwrap_or(Ok(None))?;
         let reference = worlds.next().unwrap_or(Ok(None))?;
-        Ok(Bundle { step, row, expected, observed, description, writer, reference, replay })
+        Ok(Bundle {
+            step,
+            row,
+            expected,
+            observed,
+            description,
+            writer,
+            reference,
+            replay,
+        })
     }
 
     /// Runs the replay with this build, comparing every hash row.
@@ -265,7 +323,12 @@ impl Bundle {
             }
             let got = world.hash();
             if mismatch.is_none() && got != want {
-                mismatch = Some(Mismatch { step: world.step, row: row as u32, expected: want, computed: got });
+                mismatch = Some(Mismatch {
+                    step: world.step,
+                    row: row as u32,
+                    expected: want,
+                    computed: got,
+                });
             }
         }
         let this = at_failure.unwrap_or_else(|| world.clone());
@@ -275,10 +338,19 @@ impl Bundle {
             (None, None) => None,
         };
         BundleReport {
-            recorded: Mismatch { step: self.step, row: self.row, expected: self.expected, computed: self.observed },
+            recorded: Mismatch {
+                step: self.step,
+                row: self.row,
+                expected: self.expected,
+                computed: self.observed,
+            },
             rows: rows.len() as u64,
             mismatch,
-            difference: difference.map(|(diff, other)| SideDifference { step: self.step, diff, other }),
+            difference: difference.map(|(diff, other)| SideDifference {
+                step: self.step,
+                diff,
+                other,
+            }),
         }
     }
 }
@@ -354,9 +426,23 @@ mod tests {
     use crate::world::{Dims, Setup};
 
     fn replay() -> Replay {
-        let mut r = Replay::new(Setup { dims: Dims::Three, bodies: 3, seed: 8 }, None);
+        let mut r = Replay::new(
+            Setup {
+                dims: Dims::Three,
+                bodies: 3,
+                seed: 8,
+            },
+            None,
+        );
         for i in 0..40 {
-            r.inputs.push_ops(&if i == 5 { vec![Op::Impulse { body: 0, d: [1, 2, 3] }] } else { vec![] });
+            r.inputs.push_ops(&if i == 5 {
+                vec![Op::Impulse {
+                    body: 0,
+                    d: [1, 2, 3],
+                }]
+            } else {
+                vec![]
+            });
         }
         r.compute_hashes();
         r
@@ -372,7 +458,8 @@ mod tests {
         let mut theirs = w.clone();
         theirs.bodies[1].vel[1] += 1;
         r.hashes.as_mut().unwrap()[12] = theirs.hash();
-        let b = Bundle::from_mismatch(&r, 12, w.hash(), Some(w.clone()), Some(theirs), "planted").unwrap();
+        let b = Bundle::from_mismatch(&r, 12, w.hash(), Some(w.clone()), Some(theirs), "planted")
+            .unwrap();
         assert_eq!(b.replay.step_count(), 12 + STEPS_PAST_FAILURE);
         let bytes = b.to_bytes();
         let back = Bundle::from_bytes("b", &bytes).unwrap();
@@ -384,7 +471,10 @@ mod tests {
         assert_eq!(d.diff.b - d.diff.a, 1);
         // Cut anywhere: refused.
         for cut in 0..bytes.len() {
-            assert!(Bundle::from_bytes("b", &bytes[..cut]).is_err(), "cut at {cut}");
+            assert!(
+                Bundle::from_bytes("b", &bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
         }
     }
 
@@ -396,19 +486,36 @@ mod tests {
             viewer.step(&[]);
         }
         let before = viewer.clone();
-        let input = crate::op::encode_input(&[Op::Impulse { body: 1, d: [5, 5, 5] }]);
+        let input = crate::op::encode_input(&[Op::Impulse {
+            body: 1,
+            d: [5, 5, 5],
+        }]);
         viewer.step(&crate::op::decode_input("", &input, 0).unwrap());
         let mut host = viewer.clone();
         host.bodies[2].vel[0] += 1;
         let drift = first_difference(&host, &viewer).unwrap();
-        let b = Bundle::from_drift(&before, &input, host.hash(), &viewer, Some(host.clone()), "drift").unwrap();
+        let b = Bundle::from_drift(
+            &before,
+            &input,
+            host.hash(),
+            &viewer,
+            Some(host.clone()),
+            "drift",
+        )
+        .unwrap();
         let b = Bundle::from_bytes("b", &b.to_bytes()).unwrap();
         assert_eq!((b.step, b.row), (31, 1));
         let report = b.check();
-        assert_eq!(report.mismatch.map(|m| (m.step, m.expected, m.computed)), Some((31, host.hash(), viewer.hash())));
+        assert_eq!(
+            report.mismatch.map(|m| (m.step, m.expected, m.computed)),
+            Some((31, host.hash(), viewer.hash()))
+        );
         let d = report.difference.unwrap();
         // The same body and field as the drift report, values swapped (this build first).
-        assert_eq!((d.diff.body, d.diff.field, d.diff.a, d.diff.b), (drift.body, drift.field, drift.b, drift.a));
+        assert_eq!(
+            (d.diff.body, d.diff.field, d.diff.a, d.diff.b),
+            (drift.body, drift.field, drift.b, drift.a)
+        );
         assert_eq!(d.other, "reference");
     }
 

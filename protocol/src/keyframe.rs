@@ -218,7 +218,10 @@ pub fn read_file(path: &Path) -> Result<Keyframe, FormatError> {
         return Err(FormatError::new(
             &name,
             MAX_KEYFRAME_BYTES,
-            format!("expected a keyframe of at most {MAX_KEYFRAME_BYTES} bytes, found {} bytes", meta.len()),
+            format!(
+                "expected a keyframe of at most {MAX_KEYFRAME_BYTES} bytes, found {} bytes",
+                meta.len()
+            ),
         ));
     }
     let bytes = std::fs::read(path).map_err(|e| FormatError::io(&name, &e))?;
@@ -230,14 +233,19 @@ pub fn read_file(path: &Path) -> Result<Keyframe, FormatError> {
 /// at offset 0.
 pub fn parse(input: &str, bytes: &[u8]) -> Result<Keyframe, FormatError> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-        FormatError::new(input, byte_offset(bytes, e.line(), e.column()), format!("expected JSON: {e}"))
+        FormatError::new(
+            input,
+            byte_offset(bytes, e.line(), e.column()),
+            format!("expected JSON: {e}"),
+        )
     })?;
     parse_value(input, &value)
 }
 
 /// Checks a keyframe already parsed as JSON; errors name the JSON path at offset 0.
 pub fn parse_value(input: &str, value: &Value) -> Result<Keyframe, FormatError> {
-    from_value(value).map_err(|(path, message)| FormatError::new(input, 0, format!("{path}: {message}")))
+    from_value(value)
+        .map_err(|(path, message)| FormatError::new(input, 0, format!("{path}: {message}")))
 }
 
 /// Byte offset of a 1-based line and column as serde_json reports them.
@@ -271,38 +279,57 @@ fn kind_of(v: &Value) -> String {
 }
 
 fn object<'v>(v: &'v Value, path: &str) -> Result<&'v Map<String, Value>, Bad> {
-    v.as_object().ok_or_else(|| bad(path, format!("expected an object, found {}", kind_of(v))))
+    v.as_object()
+        .ok_or_else(|| bad(path, format!("expected an object, found {}", kind_of(v))))
 }
 
 fn get<'v>(m: &'v Map<String, Value>, path: &str, key: &str) -> Result<&'v Value, Bad> {
-    m.get(key).ok_or_else(|| bad(&format!("{path}.{key}"), "missing"))
+    m.get(key)
+        .ok_or_else(|| bad(&format!("{path}.{key}"), "missing"))
 }
 
 fn int(v: &Value, path: &str, lo: i64, hi: i64) -> Result<i64, Bad> {
     match v.as_i64() {
         Some(n) if (lo..=hi).contains(&n) => Ok(n),
-        _ => Err(bad(path, format!("expected an integer in {lo}..={hi}, found {}", kind_of(v)))),
+        _ => Err(bad(
+            path,
+            format!("expected an integer in {lo}..={hi}, found {}", kind_of(v)),
+        )),
     }
 }
 
 fn uint(v: &Value, path: &str, hi: u64) -> Result<u64, Bad> {
     match v.as_u64() {
         Some(n) if n <= hi => Ok(n),
-        _ => Err(bad(path, format!("expected an integer in 0..={hi}, found {}", kind_of(v)))),
+        _ => Err(bad(
+            path,
+            format!("expected an integer in 0..={hi}, found {}", kind_of(v)),
+        )),
     }
 }
 
 fn only_keys(m: &Map<String, Value>, path: &str, allowed: &[&str]) -> Result<(), Bad> {
     match m.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(bad(&format!("{path}.{k}"), format!("unexpected field (expected only {})", allowed.join(", ")))),
+        Some(k) => Err(bad(
+            &format!("{path}.{k}"),
+            format!("unexpected field (expected only {})", allowed.join(", ")),
+        )),
         None => Ok(()),
     }
 }
 
 fn i32_triple(v: &Value, path: &str) -> Result<[i32; 3], Bad> {
-    let a = v.as_array().ok_or_else(|| bad(path, format!("expected an array of 3 integers, found {}", kind_of(v))))?;
+    let a = v.as_array().ok_or_else(|| {
+        bad(
+            path,
+            format!("expected an array of 3 integers, found {}", kind_of(v)),
+        )
+    })?;
     if a.len() != 3 {
-        return Err(bad(path, format!("expected an array of 3 integers, found {} items", a.len())));
+        return Err(bad(
+            path,
+            format!("expected an array of 3 integers, found {} items", a.len()),
+        ));
     }
     let mut out = [0i32; 3];
     for (i, x) in a.iter().enumerate() {
@@ -316,27 +343,68 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
     only_keys(
         root,
         "$",
-        &["kind", "v", "engine", "tick", "tickRate", "seed", "nextEntitySeq", "entityOrder", "commands", "rng", "entities", "plugins"],
+        &[
+            "kind",
+            "v",
+            "engine",
+            "tick",
+            "tickRate",
+            "seed",
+            "nextEntitySeq",
+            "entityOrder",
+            "commands",
+            "rng",
+            "entities",
+            "plugins",
+        ],
     )?;
     if get(root, "$", "kind")?.as_str() != Some("keyframe") {
-        return Err(bad("$.kind", format!("expected \"keyframe\", found {}", kind_of(&root["kind"]))));
+        return Err(bad(
+            "$.kind",
+            format!("expected \"keyframe\", found {}", kind_of(&root["kind"])),
+        ));
     }
     if get(root, "$", "v")?.as_f64() != Some(1.0) {
-        return Err(bad("$.v", format!("expected 1, found {}", kind_of(&root["v"]))));
+        return Err(bad(
+            "$.v",
+            format!("expected 1, found {}", kind_of(&root["v"])),
+        ));
     }
     let engine = match get(root, "$", "engine")?.as_str() {
         Some(s) if !s.is_empty() => s.to_string(),
-        _ => return Err(bad("$.engine", format!("expected a non-empty string, found {}", kind_of(&root["engine"])))),
+        _ => {
+            return Err(bad(
+                "$.engine",
+                format!(
+                    "expected a non-empty string, found {}",
+                    kind_of(&root["engine"])
+                ),
+            ))
+        }
     };
     let tick = uint(get(root, "$", "tick")?, "$.tick", MAX_SAFE_INTEGER)?;
-    let tick_rate = int(get(root, "$", "tickRate")?, "$.tickRate", 1, MAX_TICK_RATE as i64)? as u32;
+    let tick_rate = int(
+        get(root, "$", "tickRate")?,
+        "$.tickRate",
+        1,
+        MAX_TICK_RATE as i64,
+    )? as u32;
     let seed = uint(get(root, "$", "seed")?, "$.seed", u32::MAX as u64)? as u32;
-    let next_seq = uint(get(root, "$", "nextEntitySeq")?, "$.nextEntitySeq", MAX_SAFE_INTEGER)?;
+    let next_seq = uint(
+        get(root, "$", "nextEntitySeq")?,
+        "$.nextEntitySeq",
+        MAX_SAFE_INTEGER,
+    )?;
     if let Some(c) = root.get("commands") {
         let c = object(c, "$.commands")?;
         match c.get("pending").and_then(Value::as_array) {
             Some(p) if p.is_empty() => {}
-            _ => return Err(bad("$.commands.pending", "expected an empty array: the test module keeps no pending commands")),
+            _ => {
+                return Err(bad(
+                    "$.commands.pending",
+                    "expected an empty array: the test module keeps no pending commands",
+                ))
+            }
         }
     }
 
@@ -344,39 +412,80 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
     let plugins = object(get(root, "$", "plugins")?, "$.plugins")?;
     let p = object(get(plugins, "$.plugins", PLUGIN)?, "$.plugins.ostm")?;
     only_keys(p, "$.plugins.ostm", &["dims", "bodies", "gravity", "link"])?;
-    let dims = match int(get(p, "$.plugins.ostm", "dims")?, "$.plugins.ostm.dims", 2, 3)? {
+    let dims = match int(
+        get(p, "$.plugins.ostm", "dims")?,
+        "$.plugins.ostm.dims",
+        2,
+        3,
+    )? {
         2 => Dims::Two,
         _ => Dims::Three,
     };
-    let initial = int(get(p, "$.plugins.ostm", "bodies")?, "$.plugins.ostm.bodies", 1, MAX_BODIES as i64)? as u8;
-    let gravity = int(get(p, "$.plugins.ostm", "gravity")?, "$.plugins.ostm.gravity", i32::MIN as i64, i32::MAX as i64)? as i32;
+    let initial = int(
+        get(p, "$.plugins.ostm", "bodies")?,
+        "$.plugins.ostm.bodies",
+        1,
+        MAX_BODIES as i64,
+    )? as u8;
+    let gravity = int(
+        get(p, "$.plugins.ostm", "gravity")?,
+        "$.plugins.ostm.gravity",
+        i32::MIN as i64,
+        i32::MAX as i64,
+    )? as i32;
     let link = match get(p, "$.plugins.ostm", "link")? {
         Value::Null => None,
         l => {
             let lp = "$.plugins.ostm.link";
             let l = object(l, lp)?;
             only_keys(l, lp, &["role", "body", "transferStep"])?;
-            let role = Role::from_byte(int(get(l, lp, "role")?, &format!("{lp}.role"), 1, 3)? as u8).unwrap_or(Role::FieldsOnly);
+            let role =
+                Role::from_byte(int(get(l, lp, "role")?, &format!("{lp}.role"), 1, 3)? as u8)
+                    .unwrap_or(Role::FieldsOnly);
             let body = int(get(l, lp, "body")?, &format!("{lp}.body"), 0, 255)? as u8;
             if role != Role::FieldsOnly && body >= initial {
                 return Err(bad(&format!("{lp}.body"), format!("expected a body index below the initial body count {initial}, found {body}")));
             }
-            let transfer_step = int(get(l, lp, "transferStep")?, &format!("{lp}.transferStep"), 0, u16::MAX as i64)? as u16;
-            Some(Link { role, body, transfer_step })
+            let transfer_step = int(
+                get(l, lp, "transferStep")?,
+                &format!("{lp}.transferStep"),
+                0,
+                u16::MAX as i64,
+            )? as u16;
+            Some(Link {
+                role,
+                body,
+                transfer_step,
+            })
         }
     };
-    let setup = Setup { dims, bodies: initial, seed };
+    let setup = Setup {
+        dims,
+        bodies: initial,
+        seed,
+    };
 
     // rng: fixed by the setup.
     let rng = object(get(root, "$", "rng")?, "$.rng")?;
     only_keys(rng, "$.rng", &["algo", "state"])?;
     if get(rng, "$.rng", "algo")?.as_str() != Some("sfc32") {
-        return Err(bad("$.rng.algo", format!("expected \"sfc32\", found {}", kind_of(&rng["algo"]))));
+        return Err(bad(
+            "$.rng.algo",
+            format!("expected \"sfc32\", found {}", kind_of(&rng["algo"])),
+        ));
     }
     let st = get(rng, "$.rng", "state")?;
-    let arr = st.as_array().ok_or_else(|| bad("$.rng.state", format!("expected an array of 4 integers, found {}", kind_of(st))))?;
+    let arr = st.as_array().ok_or_else(|| {
+        bad(
+            "$.rng.state",
+            format!("expected an array of 4 integers, found {}", kind_of(st)),
+        )
+    })?;
     if arr.len() != 4 {
-        return Err(bad("$.rng.state", format!("expected 4 words, found {}", arr.len())));
+        return Err(bad(
+            "$.rng.state",
+            format!("expected 4 words, found {}", arr.len()),
+        ));
     }
     let mut state = [0u32; 4];
     for (i, w) in arr.iter().enumerate() {
@@ -392,33 +501,65 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
 
     // entityOrder and entities: b0..b(n-1), in order, exactly.
     let order_v = get(root, "$", "entityOrder")?;
-    let order = order_v.as_array().ok_or_else(|| bad("$.entityOrder", format!("expected an array, found {}", kind_of(order_v))))?;
+    let order = order_v.as_array().ok_or_else(|| {
+        bad(
+            "$.entityOrder",
+            format!("expected an array, found {}", kind_of(order_v)),
+        )
+    })?;
     if order.is_empty() || order.len() > MAX_BODIES {
-        return Err(bad("$.entityOrder", format!("expected 1..=64 bodies, found {}", order.len())));
+        return Err(bad(
+            "$.entityOrder",
+            format!("expected 1..=64 bodies, found {}", order.len()),
+        ));
     }
     for (i, id) in order.iter().enumerate() {
         let want = format!("b{i}");
         if id.as_str() != Some(want.as_str()) {
-            return Err(bad(&format!("$.entityOrder[{i}]"), format!("expected \"{want}\" (one entity per body slot, in index order), found {}", kind_of(id))));
+            return Err(bad(
+                &format!("$.entityOrder[{i}]"),
+                format!(
+                    "expected \"{want}\" (one entity per body slot, in index order), found {}",
+                    kind_of(id)
+                ),
+            ));
         }
     }
     let n = order.len();
     if next_seq != n as u64 {
-        return Err(bad("$.nextEntitySeq", format!("expected {n}, the index the next spawned body takes, found {next_seq}")));
+        return Err(bad(
+            "$.nextEntitySeq",
+            format!("expected {n}, the index the next spawned body takes, found {next_seq}"),
+        ));
     }
     let entities = object(get(root, "$", "entities")?, "$.entities")?;
-    if let Some(k) = entities.keys().find(|k| !k.strip_prefix('b').and_then(|d| d.parse::<usize>().ok()).is_some_and(|i| i < n && format!("b{i}") == **k)) {
-        return Err(bad(&format!("$.entities.{k}"), format!("unexpected entity: entityOrder lists b0..b{}", n - 1)));
+    if let Some(k) = entities.keys().find(|k| {
+        !k.strip_prefix('b')
+            .and_then(|d| d.parse::<usize>().ok())
+            .is_some_and(|i| i < n && format!("b{i}") == **k)
+    }) {
+        return Err(bad(
+            &format!("$.entities.{k}"),
+            format!("unexpected entity: entityOrder lists b0..b{}", n - 1),
+        ));
     }
     let mut bodies = Vec::with_capacity(n);
     for i in 0..n {
         let ep = format!("$.entities.b{i}");
-        let e = object(entities.get(&format!("b{i}")).ok_or_else(|| bad(&ep, "missing (listed in entityOrder)"))?, &ep)?;
+        let e = object(
+            entities
+                .get(&format!("b{i}"))
+                .ok_or_else(|| bad(&ep, "missing (listed in entityOrder)"))?,
+            &ep,
+        )?;
         let tp = format!("{ep}.transform");
         let t = object(get(e, &ep, "transform")?, &tp)?;
         for (key, len) in [("pos", 3), ("rot", 4)] {
             let path = format!("{tp}.{key}");
-            let ok = t.get(key).and_then(Value::as_array).is_some_and(|a| a.len() == len && a.iter().all(Value::is_number));
+            let ok = t
+                .get(key)
+                .and_then(Value::as_array)
+                .is_some_and(|a| a.len() == len && a.iter().all(Value::is_number));
             if !ok {
                 return Err(bad(&path, format!("expected an array of {len} numbers")));
             }
@@ -427,13 +568,30 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
         let b = object(get(e, &ep, "body")?, &bp)?;
         only_keys(b, &bp, &["alive", "still", "pos", "vel"])?;
         let alive_v = get(b, &bp, "alive")?;
-        let alive = alive_v.as_bool().ok_or_else(|| bad(&format!("{bp}.alive"), format!("expected a boolean, found {}", kind_of(alive_v))))?;
-        let still = uint(get(b, &bp, "still")?, &format!("{bp}.still"), u32::MAX as u64)? as u32;
+        let alive = alive_v.as_bool().ok_or_else(|| {
+            bad(
+                &format!("{bp}.alive"),
+                format!("expected a boolean, found {}", kind_of(alive_v)),
+            )
+        })?;
+        let still = uint(
+            get(b, &bp, "still")?,
+            &format!("{bp}.still"),
+            u32::MAX as u64,
+        )? as u32;
         let pos = i32_triple(get(b, &bp, "pos")?, &format!("{bp}.pos"))?;
         let vel = i32_triple(get(b, &bp, "vel")?, &format!("{bp}.vel"))?;
-        let body = Body { alive, still, pos, vel };
+        let body = Body {
+            alive,
+            still,
+            pos,
+            vel,
+        };
         if !alive && body != Body::default() {
-            return Err(bad(&bp, "expected a removed body (alive false) to be all zeros"));
+            return Err(bad(
+                &bp,
+                "expected a removed body (alive false) to be all zeros",
+            ));
         }
         if dims == Dims::Two && (pos[2] != 0 || vel[2] != 0) {
             return Err(bad(&bp, "expected z = 0 and velocity z = 0 in a 2D world"));
@@ -448,8 +606,13 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
     w.gravity = gravity;
     w.bodies = bodies;
     w.write_snapshot(&mut snap);
-    let world = World::from_snapshot(setup, link, "keyframe", &snap, 0).map_err(|e| bad("$.entities", e.message))?;
-    Ok(Keyframe { world, tick_rate, engine })
+    let world = World::from_snapshot(setup, link, "keyframe", &snap, 0)
+        .map_err(|e| bad("$.entities", e.message))?;
+    Ok(Keyframe {
+        world,
+        tick_rate,
+        engine,
+    })
 }
 
 /// Runs `replay` on from a keyframe's world: the world must have the replay's setup and
@@ -469,7 +632,10 @@ pub fn verify_from(replay: &Replay, mut world: World) -> Result<Verdict, String>
     let start = replay.start_step();
     let end = start + replay.step_count() as u64;
     if world.step < start || world.step > end {
-        return Err(format!("the keyframe's tick {} is outside the replay's steps {start}..={end}", world.step));
+        return Err(format!(
+            "the keyframe's tick {} is outside the replay's steps {start}..={end}",
+            world.step
+        ));
     }
     let first = (world.step - start) as usize;
     let rows = replay.hashes.as_deref();
@@ -482,11 +648,19 @@ pub fn verify_from(replay: &Replay, mut world: World) -> Result<Verdict, String>
             let actual = world.hash();
             checked += 1;
             if rows[row] != actual {
-                return Ok(Verdict::Mismatch { step: world.step, row, expected: rows[row], actual });
+                return Ok(Verdict::Mismatch {
+                    step: world.step,
+                    row,
+                    expected: rows[row],
+                    actual,
+                });
             }
         }
     }
-    Ok(Verdict::Match { final_hash: world.hash(), rows_checked: checked })
+    Ok(Verdict::Match {
+        final_hash: world.hash(),
+        rows_checked: checked,
+    })
 }
 
 #[cfg(test)]
@@ -495,11 +669,23 @@ mod tests {
     use crate::op::Op;
 
     fn sample() -> World {
-        let mut w = World::new(Setup { dims: Dims::Three, bodies: 5, seed: 42 }, None);
+        let mut w = World::new(
+            Setup {
+                dims: Dims::Three,
+                bodies: 5,
+                seed: 42,
+            },
+            None,
+        );
         for i in 0..100 {
             let ops = match i {
                 10 => vec![Op::Remove { body: 2 }],
-                20 => vec![Op::Spawn { pos: [100, 200, 300] }, Op::Gravity { g: 5 }],
+                20 => vec![
+                    Op::Spawn {
+                        pos: [100, 200, 300],
+                    },
+                    Op::Gravity { g: 5 },
+                ],
                 _ => vec![],
             };
             w.step(&ops);
@@ -511,7 +697,11 @@ mod tests {
     fn rng_state_is_the_state_after_the_initial_bodies() {
         // Draw the bodies by hand in the documented order and compare with World::new.
         for dims in [Dims::Two, Dims::Three] {
-            let setup = Setup { dims, bodies: 7, seed: 1234 };
+            let setup = Setup {
+                dims,
+                bodies: 7,
+                seed: 1234,
+            };
             let w = World::new(setup, None);
             let mut rng = Sfc32::from_seed(setup.seed);
             let axes = dims.axes();
@@ -526,14 +716,21 @@ mod tests {
             assert_eq!(rng.state, rng_state(&setup));
         }
         // Computed independently (a Python sfc32 from the rule in docs/keyframe.md).
-        let setup = Setup { dims: Dims::Three, bodies: 2, seed: 11 };
+        let setup = Setup {
+            dims: Dims::Three,
+            bodies: 2,
+            seed: 11,
+        };
         assert_eq!(rng_state(&setup), [3380488016, 2318328558, 3422650011, 35]);
     }
 
     #[test]
     fn a_keyframe_reads_back_to_the_same_world() {
         let w = sample();
-        for text in [to_json_pretty(&w, 60).unwrap(), to_json_line(&w, 30).unwrap()] {
+        for text in [
+            to_json_pretty(&w, 60).unwrap(),
+            to_json_line(&w, 30).unwrap(),
+        ] {
             let k = parse("k", text.as_bytes()).unwrap();
             assert_eq!(k.world, w);
         }
@@ -542,24 +739,58 @@ mod tests {
     #[test]
     fn malformed_keyframes_name_the_json_path() {
         let good: Value = serde_json::from_str(&to_json_line(&sample(), 60).unwrap()).unwrap();
-        let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
-            ("$.tick: missing", Box::new(|v| drop(v.as_object_mut().unwrap().remove("tick")))),
-            ("$.entities.b3.body.vel[1]: expected an integer", Box::new(|v| v["entities"]["b3"]["body"]["vel"][1] = "x".into())),
-            ("$.entities.b0.body.alive: expected a boolean", Box::new(|v| v["entities"]["b0"]["body"]["alive"] = 1.into())),
-            ("$.entityOrder[1]: expected \"b1\"", Box::new(|v| v["entityOrder"].as_array_mut().unwrap().swap(1, 2))),
-            ("$.entityOrder: expected 1..=64 bodies, found 65", Box::new(|v| {
-                let a = v["entityOrder"].as_array_mut().unwrap();
-                while a.len() < 65 {
-                    let n = a.len();
-                    a.push(format!("b{n}").into());
-                }
-            })),
-            ("$.nextEntitySeq: expected 6", Box::new(|v| v["nextEntitySeq"] = 7.into())),
-            ("$.rng.state: expected", Box::new(|v| v["rng"]["state"][0] = 1.into())),
-            ("$.entities.b2.body: expected a removed body", Box::new(|v| v["entities"]["b2"]["body"]["still"] = 3.into())),
-            ("$.entities.b6: unexpected entity", Box::new(|v| v["entities"]["b6"] = v["entities"]["b0"].clone())),
-            ("$.plugins.ostm.dims: expected an integer in 2..=3", Box::new(|v| v["plugins"]["ostm"]["dims"] = 4.into())),
-            ("$.tickRate: expected an integer in 1..=240", Box::new(|v| v["tickRate"] = 0.into())),
+        type Plant = Box<dyn Fn(&mut Value)>;
+        let cases: Vec<(&str, Plant)> = vec![
+            (
+                "$.tick: missing",
+                Box::new(|v| drop(v.as_object_mut().unwrap().remove("tick"))),
+            ),
+            (
+                "$.entities.b3.body.vel[1]: expected an integer",
+                Box::new(|v| v["entities"]["b3"]["body"]["vel"][1] = "x".into()),
+            ),
+            (
+                "$.entities.b0.body.alive: expected a boolean",
+                Box::new(|v| v["entities"]["b0"]["body"]["alive"] = 1.into()),
+            ),
+            (
+                "$.entityOrder[1]: expected \"b1\"",
+                Box::new(|v| v["entityOrder"].as_array_mut().unwrap().swap(1, 2)),
+            ),
+            (
+                "$.entityOrder: expected 1..=64 bodies, found 65",
+                Box::new(|v| {
+                    let a = v["entityOrder"].as_array_mut().unwrap();
+                    while a.len() < 65 {
+                        let n = a.len();
+                        a.push(format!("b{n}").into());
+                    }
+                }),
+            ),
+            (
+                "$.nextEntitySeq: expected 6",
+                Box::new(|v| v["nextEntitySeq"] = 7.into()),
+            ),
+            (
+                "$.rng.state: expected",
+                Box::new(|v| v["rng"]["state"][0] = 1.into()),
+            ),
+            (
+                "$.entities.b2.body: expected a removed body",
+                Box::new(|v| v["entities"]["b2"]["body"]["still"] = 3.into()),
+            ),
+            (
+                "$.entities.b6: unexpected entity",
+                Box::new(|v| v["entities"]["b6"] = v["entities"]["b0"].clone()),
+            ),
+            (
+                "$.plugins.ostm.dims: expected an integer in 2..=3",
+                Box::new(|v| v["plugins"]["ostm"]["dims"] = 4.into()),
+            ),
+            (
+                "$.tickRate: expected an integer in 1..=240",
+                Box::new(|v| v["tickRate"] = 0.into()),
+            ),
         ];
         for (want, plant) in cases {
             let mut v = good.clone();
@@ -574,11 +805,23 @@ mod tests {
 
     #[test]
     fn a_keyframe_continues_exactly_like_the_original_at_several_steps() {
-        let mut r = Replay::new(Setup { dims: Dims::Two, bodies: 9, seed: 31 }, None);
+        let mut r = Replay::new(
+            Setup {
+                dims: Dims::Two,
+                bodies: 9,
+                seed: 31,
+            },
+            None,
+        );
         for i in 0..600 {
             let ops = match i % 97 {
-                0 => vec![Op::Impulse { body: (i % 9) as u8, d: [70, 90, 0] }],
-                13 => vec![Op::Spawn { pos: [5000, 8000, 0] }],
+                0 => vec![Op::Impulse {
+                    body: (i % 9) as u8,
+                    d: [70, 90, 0],
+                }],
+                13 => vec![Op::Spawn {
+                    pos: [5000, 8000, 0],
+                }],
                 _ => vec![],
             };
             r.inputs.push_ops(&ops);
@@ -590,11 +833,19 @@ mod tests {
                 w.step(&r.inputs.ops(w.step as usize));
             }
             let k = parse("k", to_json_line(&w, 60).unwrap().as_bytes()).unwrap();
-            assert_eq!(verify_from(&r, k.world.clone()), Ok(Verdict::Match { final_hash: *r.hashes.as_ref().unwrap().last().unwrap(), rows_checked: (601 - at) as u64 }));
+            assert_eq!(
+                verify_from(&r, k.world.clone()),
+                Ok(Verdict::Match {
+                    final_hash: *r.hashes.as_ref().unwrap().last().unwrap(),
+                    rows_checked: (601 - at) as u64
+                })
+            );
             // A planted one-unit change is caught at the keyframe's own row.
             let mut planted = k.world;
             planted.bodies[0].vel[0] += 1;
-            assert!(matches!(verify_from(&r, planted), Ok(Verdict::Mismatch { row, .. }) if row == at));
+            assert!(
+                matches!(verify_from(&r, planted), Ok(Verdict::Mismatch { row, .. }) if row == at)
+            );
         }
     }
 

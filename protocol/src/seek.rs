@@ -71,7 +71,10 @@ fn replay_head(path: &Path) -> Result<(u64, String), FormatError> {
     let mut f = File::open(path).map_err(|e| FormatError::io(&name, &e))?;
     let len = f.metadata().map_err(|e| FormatError::io(&name, &e))?.len();
     let mut head = Vec::with_capacity(HEAD_BYTES);
-    (&mut f).take(HEAD_BYTES as u64).read_to_end(&mut head).map_err(|e| FormatError::io(&name, &e))?;
+    (&mut f)
+        .take(HEAD_BYTES as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| FormatError::io(&name, &e))?;
     Ok((len, format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&head))))
 }
 
@@ -95,7 +98,12 @@ pub enum IndexError {
 /// Writes the index of `replay` to `index` (through `INDEX.part`, renamed when whole):
 /// a keyframe at rows 0, K, 2K, … up to the last step. `progress` gets the rows done.
 /// Returns the header written.
-pub fn write_index(replay: &Path, index: &Path, every: u32, mut progress: impl FnMut(u64)) -> Result<IndexHeader, IndexError> {
+pub fn write_index(
+    replay: &Path,
+    index: &Path,
+    every: u32,
+    mut progress: impl FnMut(u64),
+) -> Result<IndexHeader, IndexError> {
     if every == 0 {
         return Err(IndexError::Every);
     }
@@ -120,8 +128,7 @@ pub fn write_index(replay: &Path, index: &Path, every: u32, mut progress: impl F
     out.write_all(b"\n")?;
     let mut t = ReplayTracer::new(stream);
     let mut row = 0u64;
-    loop {
-        let Some(world) = t.next_world()? else { break };
+    while let Some(world) = t.next_world()? {
         let line = if row % every as u64 == 0 {
             let kf = keyframe::to_json_line(world, DEFAULT_TICK_RATE)?;
             Some((world.step, world.hash(), kf))
@@ -159,14 +166,26 @@ pub struct Seeked {
 /// Restores the index's keyframe at or before `step` and runs the replay on to `step`.
 pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatError> {
     let iname = index.display().to_string();
-    let mut f = BufReader::with_capacity(16 * 1024, File::open(index).map_err(|e| FormatError::io(&iname, &e))?);
-    let len = f.get_ref().metadata().map_err(|e| FormatError::io(&iname, &e))?.len();
+    let mut f = BufReader::with_capacity(
+        16 * 1024,
+        File::open(index).map_err(|e| FormatError::io(&iname, &e))?,
+    );
+    let len = f
+        .get_ref()
+        .metadata()
+        .map_err(|e| FormatError::io(&iname, &e))?
+        .len();
     let mut line = Vec::with_capacity(16 * 1024);
     let first = read_line(&mut f, &iname, 0, &mut line)?;
-    let header: IndexHeader = serde_json::from_slice(&line)
-        .map_err(|e| FormatError::new(&iname, 0, format!("line 1: expected the index header: {e}")))?;
+    let header: IndexHeader = serde_json::from_slice(&line).map_err(|e| {
+        FormatError::new(&iname, 0, format!("line 1: expected the index header: {e}"))
+    })?;
     if header.kind != KIND || header.v != 1 || header.every == 0 {
-        return Err(FormatError::new(&iname, 0, format!("line 1: expected kind \"{KIND}\", v 1 and every >= 1")));
+        return Err(FormatError::new(
+            &iname,
+            0,
+            format!("line 1: expected kind \"{KIND}\", v 1 and every >= 1"),
+        ));
     }
     let (rbytes, rhead) = replay_head(replay)?;
     if rbytes != header.replay_bytes || rhead != header.replay_head {
@@ -180,7 +199,11 @@ pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatErro
         return Err(FormatError::new(
             &iname,
             0,
-            format!("expected a step in {}..={}, found {step}", header.start_step, header.start_step + header.steps as u64),
+            format!(
+                "expected a step in {}..={}, found {step}",
+                header.start_step,
+                header.start_step + header.steps as u64
+            ),
         ));
     }
     let target = ((step - header.start_step) / header.every as u64 * header.every as u64) as u32;
@@ -192,7 +215,8 @@ pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatErro
         let mid = lo + (hi - lo) / 2;
         match line_after(&mut f, &iname, mid, &mut line)? {
             Some(start) if start < hi => {
-                let row = entry_row(&line).ok_or_else(|| FormatError::new(&iname, start, "expected an index entry"))?;
+                let row = entry_row(&line)
+                    .ok_or_else(|| FormatError::new(&iname, start, "expected an index entry"))?;
                 if row <= target {
                     lo = start;
                 } else {
@@ -202,19 +226,32 @@ pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatErro
             _ => hi = mid,
         }
     }
-    f.seek(SeekFrom::Start(lo)).map_err(|e| FormatError::io(&iname, &e))?;
+    f.seek(SeekFrom::Start(lo))
+        .map_err(|e| FormatError::io(&iname, &e))?;
     read_line(&mut f, &iname, lo, &mut line)?;
     let entry: Entry = serde_json::from_slice(&line)
         .map_err(|e| FormatError::new(&iname, lo, format!("expected an index entry: {e}")))?;
     if entry.row != target {
-        return Err(FormatError::new(&iname, lo, format!("expected the entry for row {target}, found row {}", entry.row)));
+        return Err(FormatError::new(
+            &iname,
+            lo,
+            format!(
+                "expected the entry for row {target}, found row {}",
+                entry.row
+            ),
+        ));
     }
     let kf = keyframe::parse_value(&format!("{iname} (entry at offset {lo})"), &entry.keyframe)?;
     let mut stream = ReplayStream::open(replay)?;
     let h = stream.header();
     let mut world = kf.world;
     let want_hash = format!("{:016x}", world.hash());
-    if world.setup() != h.setup || world.link() != h.link || world.step != entry.step || entry.step != header.start_step + target as u64 || entry.hash != want_hash {
+    if world.setup() != h.setup
+        || world.link() != h.link
+        || world.step != entry.step
+        || entry.step != header.start_step + target as u64
+        || entry.hash != want_hash
+    {
         return Err(FormatError::new(&iname, lo, format!("expected the keyframe of row {target} of this replay (hash {}), found one that differs", entry.hash)));
     }
     if let Some(row_hash) = stream.hash_row(target)? {
@@ -249,7 +286,11 @@ pub fn run_to(replay: &Path, step: u64) -> Result<World, FormatError> {
             return Ok(w.clone());
         }
     }
-    Err(FormatError::new(name, 0, format!("expected the replay to reach step {step}")))
+    Err(FormatError::new(
+        name,
+        0,
+        format!("expected the replay to reach step {step}"),
+    ))
 }
 
 /// The `row` of an entry line, read from its first field.
@@ -261,7 +302,12 @@ fn entry_row(line: &[u8]) -> Option<u32> {
 
 /// Reads the line starting at `at` (the reader must be there) without its newline;
 /// returns the offset after it.
-fn read_line(f: &mut BufReader<File>, name: &str, at: u64, line: &mut Vec<u8>) -> Result<u64, FormatError> {
+fn read_line(
+    f: &mut BufReader<File>,
+    name: &str,
+    at: u64,
+    line: &mut Vec<u8>,
+) -> Result<u64, FormatError> {
     line.clear();
     let n = f
         .take(MAX_INDEX_LINE as u64)
@@ -279,8 +325,14 @@ fn read_line(f: &mut BufReader<File>, name: &str, at: u64, line: &mut Vec<u8>) -
 }
 
 /// Reads the first whole line starting after byte `mid - 1`'s line ends; `None` at the end.
-fn line_after(f: &mut BufReader<File>, name: &str, mid: u64, line: &mut Vec<u8>) -> Result<Option<u64>, FormatError> {
-    f.seek(SeekFrom::Start(mid - 1)).map_err(|e| FormatError::io(name, &e))?;
+fn line_after(
+    f: &mut BufReader<File>,
+    name: &str,
+    mid: u64,
+    line: &mut Vec<u8>,
+) -> Result<Option<u64>, FormatError> {
+    f.seek(SeekFrom::Start(mid - 1))
+        .map_err(|e| FormatError::io(name, &e))?;
     line.clear();
     let skipped = f
         .take(MAX_INDEX_LINE as u64)
@@ -307,13 +359,27 @@ mod tests {
     use crate::world::{Dims, Setup};
 
     fn replay(steps: usize) -> Replay {
-        let mut r = Replay::new(Setup { dims: Dims::Three, bodies: 6, seed: 77 }, None);
+        let mut r = Replay::new(
+            Setup {
+                dims: Dims::Three,
+                bodies: 6,
+                seed: 77,
+            },
+            None,
+        );
         let mut rng = Sfc32::from_seed(1);
         for _ in 0..steps {
             let ops = match rng.next_u32() % 16 {
-                0 => vec![Op::Impulse { body: (rng.next_u32() % 8) as u8, d: [rng.range(-90, 90), rng.range(0, 120), 5] }],
-                1 => vec![Op::Spawn { pos: [rng.range(0, 10_000), 9000, 100] }],
-                2 => vec![Op::Remove { body: (rng.next_u32() % 8) as u8 }],
+                0 => vec![Op::Impulse {
+                    body: (rng.next_u32() % 8) as u8,
+                    d: [rng.range(-90, 90), rng.range(0, 120), 5],
+                }],
+                1 => vec![Op::Spawn {
+                    pos: [rng.range(0, 10_000), 9000, 100],
+                }],
+                2 => vec![Op::Remove {
+                    body: (rng.next_u32() % 8) as u8,
+                }],
                 3 => vec![Op::Gravity { g: rng.range(1, 6) }],
                 _ => vec![],
             };
@@ -364,7 +430,10 @@ mod tests {
         let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
         let mut v: serde_json::Value = serde_json::from_str(&lines[6]).unwrap();
         let n = v["keyframe"]["nextEntitySeq"].as_u64().unwrap();
-        let live = (0..n).map(|i| format!("b{i}")).find(|b| v["keyframe"]["entities"][b]["body"]["alive"] == true).unwrap();
+        let live = (0..n)
+            .map(|i| format!("b{i}"))
+            .find(|b| v["keyframe"]["entities"][b]["body"]["alive"] == true)
+            .unwrap();
         let pos = &mut v["keyframe"]["entities"][&live]["body"]["pos"][0];
         *pos = (pos.as_i64().unwrap() + 1).into();
         lines[6] = format!(

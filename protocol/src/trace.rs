@@ -192,7 +192,9 @@ impl<R: BufRead> TraceReader<R> {
             return Err(t.err(format!("expected \"{TRACE_MAGIC}\", found \"{found}\"")));
         }
         if !t.read_line()? {
-            return Err(t.err("expected the setup line, found end of input (cut short)".to_string()));
+            return Err(
+                t.err("expected the setup line, found end of input (cut short)".to_string())
+            );
         }
         let (setup, link) = parse_setup(t.text()?).map_err(|m| t.err(m))?;
         t.world = World::new(setup, link);
@@ -220,7 +222,11 @@ impl<R: BufRead> TraceReader<R> {
     }
 
     fn err(&self, message: String) -> FormatError {
-        FormatError::new(&self.input, self.line_at, format!("line {}: {message}", self.line_no))
+        FormatError::new(
+            &self.input,
+            self.line_at,
+            format!("line {}: {message}", self.line_no),
+        )
     }
 
     fn shown(&self) -> String {
@@ -251,14 +257,18 @@ impl<R: BufRead> TraceReader<R> {
         let n = (&mut self.reader)
             .take(limit)
             .read_until(b'\n', &mut self.line)
-            .map_err(|e| FormatError::new(&self.input, self.line_at, format!("cannot read: {e}")))?;
+            .map_err(|e| {
+                FormatError::new(&self.input, self.line_at, format!("cannot read: {e}"))
+            })?;
         self.offset += n as u64;
         if n == 0 {
             return Ok(false);
         }
         if self.line.last() != Some(&b'\n') {
             return Err(if n as u64 >= limit {
-                self.err(format!("expected a line of at most {MAX_TRACE_LINE} bytes, found a longer one"))
+                self.err(format!(
+                    "expected a line of at most {MAX_TRACE_LINE} bytes, found a longer one"
+                ))
             } else {
                 self.err(format!("expected a line ending in a newline, found {n} bytes and the end of input (the trace is cut short)"))
             });
@@ -286,10 +296,9 @@ impl<R: BufRead> TraceReader<R> {
             }
             self.done = true;
             let mut probe = [0u8; 1];
-            let extra = self
-                .reader
-                .read(&mut probe)
-                .map_err(|e| FormatError::new(&self.input, self.offset, format!("cannot read: {e}")))?;
+            let extra = self.reader.read(&mut probe).map_err(|e| {
+                FormatError::new(&self.input, self.offset, format!("cannot read: {e}"))
+            })?;
             if extra != 0 {
                 return Err(FormatError::new(
                     &self.input,
@@ -299,7 +308,11 @@ impl<R: BufRead> TraceReader<R> {
             }
             return Ok(None);
         }
-        let expect_step = if self.rows == 0 { None } else { Some(self.world.step.wrapping_add(1)) };
+        let expect_step = if self.rows == 0 {
+            None
+        } else {
+            Some(self.world.step.wrapping_add(1))
+        };
         // `text()` checked the line is UTF-8.
         let text = std::str::from_utf8(&self.line[..self.line.len() - 1]).unwrap_or("");
         match parse_row(text, &mut self.world, expect_step) {
@@ -312,13 +325,18 @@ impl<R: BufRead> TraceReader<R> {
 }
 
 fn parse_setup(text: &str) -> Result<(Setup, Option<Link>), String> {
-    let bad = || format!("expected \"setup dims=2|3 bodies=1..64 seed=U32 link=none|ROLE:BODY:STEP\", found \"{text}\"");
+    let bad = || {
+        format!("expected \"setup dims=2|3 bodies=1..64 seed=U32 link=none|ROLE:BODY:STEP\", found \"{text}\"")
+    };
     let mut it = text.split(' ');
     if it.next() != Some("setup") {
         return Err(bad());
     }
     let mut field = |name: &str| -> Result<&str, String> {
-        it.next().and_then(|t| t.strip_prefix(name)).and_then(|t| t.strip_prefix('=')).ok_or_else(bad)
+        it.next()
+            .and_then(|t| t.strip_prefix(name))
+            .and_then(|t| t.strip_prefix('='))
+            .ok_or_else(bad)
     };
     let dims = match field("dims")? {
         "2" => Dims::Two,
@@ -338,10 +356,16 @@ fn parse_setup(text: &str) -> Result<(Setup, Option<Link>), String> {
         if parts.len() != 3 {
             return Err(bad());
         }
-        let role = num::<u8>(parts[0]).and_then(Role::from_byte).ok_or_else(bad)?;
+        let role = num::<u8>(parts[0])
+            .and_then(Role::from_byte)
+            .ok_or_else(bad)?;
         let body: u8 = num(parts[1]).ok_or_else(bad)?;
         let transfer_step: u16 = num(parts[2]).ok_or_else(bad)?;
-        Some(Link { role, body, transfer_step })
+        Some(Link {
+            role,
+            body,
+            transfer_step,
+        })
     };
     if it.next().is_some() {
         return Err(bad());
@@ -352,7 +376,10 @@ fn parse_setup(text: &str) -> Result<(Setup, Option<Link>), String> {
 /// Parses an integer in its canonical form only: optional `-`, no leading zeros, no `+`.
 fn num<T: std::str::FromStr>(t: &str) -> Option<T> {
     let digits = t.strip_prefix('-').unwrap_or(t);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0')) {
+    if digits.is_empty()
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+        || (digits.len() > 1 && digits.starts_with('0'))
+    {
         return None;
     }
     if t.starts_with('-') && digits == "0" {
@@ -372,25 +399,38 @@ fn parse_row(text: &str, world: &mut World, expect_step: Option<u64>) -> Result<
             .ok_or_else(|| format!("expected {what} (\"{name}…\"), found \"{head}\""))
     };
     let step_t = field("s=", "the step")?;
-    let step: u64 = num(step_t).ok_or_else(|| format!("expected the step as an unsigned integer, found \"{step_t}\""))?;
+    let step: u64 = num(step_t)
+        .ok_or_else(|| format!("expected the step as an unsigned integer, found \"{step_t}\""))?;
     let hash_t = field("h=", "the hash")?;
-    if hash_t.len() != 16 || !hash_t.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-        return Err(format!("expected the hash as 16 lowercase hex digits, found \"{hash_t}\""));
+    if hash_t.len() != 16
+        || !hash_t
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(format!(
+            "expected the hash as 16 lowercase hex digits, found \"{hash_t}\""
+        ));
     }
-    let hash = u64::from_str_radix(hash_t, 16).map_err(|_| format!("expected a hash, found \"{hash_t}\""))?;
+    let hash = u64::from_str_radix(hash_t, 16)
+        .map_err(|_| format!("expected a hash, found \"{hash_t}\""))?;
     let g_t = field("g=", "the gravity")?;
-    let gravity: i32 = num(g_t).ok_or_else(|| format!("expected gravity as a 32-bit integer, found \"{g_t}\""))?;
+    let gravity: i32 =
+        num(g_t).ok_or_else(|| format!("expected gravity as a 32-bit integer, found \"{g_t}\""))?;
     let n_t = field("n=", "the body count")?;
     let n: usize = num(n_t).ok_or_else(|| format!("expected the body count, found \"{n_t}\""))?;
     if n == 0 || n > MAX_BODIES {
         return Err(format!("expected a body count of 1..=64, found {n}"));
     }
     if let Some(extra) = h.next() {
-        return Err(format!("expected \" | \" after the body count, found \"{extra}\""));
+        return Err(format!(
+            "expected \" | \" after the body count, found \"{extra}\""
+        ));
     }
     if let Some(want) = expect_step {
         if step != want {
-            return Err(format!("expected step {want} (one after the previous row), found {step}"));
+            return Err(format!(
+                "expected step {want} (one after the previous row), found {step}"
+            ));
         }
     }
     world.step = step;
@@ -403,10 +443,20 @@ fn parse_row(text: &str, world: &mut World, expect_step: Option<u64>) -> Result<
         let mut v = [0i64; 8];
         let mut toks = part.split(' ');
         for (k, slot) in v.iter_mut().enumerate() {
-            let t = toks.next().ok_or_else(|| format!("body {i}: expected 8 fields, found {k}"))?;
-            let parsed = if k == 1 { num::<u32>(t).map(i64::from) } else { num::<i32>(t).map(i64::from) };
+            let t = toks
+                .next()
+                .ok_or_else(|| format!("body {i}: expected 8 fields, found {k}"))?;
+            let parsed = if k == 1 {
+                num::<u32>(t).map(i64::from)
+            } else {
+                num::<i32>(t).map(i64::from)
+            };
             *slot = parsed.ok_or_else(|| {
-                format!("body {i} {}: expected a {} integer, found \"{t}\"", crate::world::BODY_FIELDS[k], if k == 1 { "u32" } else { "32-bit" })
+                format!(
+                    "body {i} {}: expected a {} integer, found \"{t}\"",
+                    crate::world::BODY_FIELDS[k],
+                    if k == 1 { "u32" } else { "32-bit" }
+                )
             })?;
         }
         if toks.next().is_some() {
@@ -462,7 +512,10 @@ impl<R: Read + Seek> ReplayStream<R> {
         let len = inner.seek(SeekFrom::End(0)).map_err(io_err)?;
         inner.seek(SeekFrom::Start(0)).map_err(io_err)?;
         let mut head = Vec::with_capacity(MAX_HEADER_BYTES);
-        (&mut inner).take(MAX_HEADER_BYTES as u64).read_to_end(&mut head).map_err(io_err)?;
+        (&mut inner)
+            .take(MAX_HEADER_BYTES as u64)
+            .read_to_end(&mut head)
+            .map_err(io_err)?;
         let mut c = Cursor::new(input, &head, 0);
         let header = Header::read(input, &mut c)?;
         let mut at = c.offset();
@@ -472,7 +525,11 @@ impl<R: Read + Seek> ReplayStream<R> {
                 return Err(FormatError::new(
                     input,
                     at,
-                    format!("expected {rows}-byte hash rows ({} x u64), found {} bytes", header.steps as u64 + 1, len - at),
+                    format!(
+                        "expected {rows}-byte hash rows ({} x u64), found {} bytes",
+                        header.steps as u64 + 1,
+                        len - at
+                    ),
                 ));
             }
             let h = at;
@@ -485,7 +542,12 @@ impl<R: Read + Seek> ReplayStream<R> {
             return Err(FormatError::new(
                 input,
                 at,
-                format!("expected {} step inputs (at least {} bytes), found {} bytes", header.steps, header.steps as u64 * 2, len - at),
+                format!(
+                    "expected {} step inputs (at least {} bytes), found {} bytes",
+                    header.steps,
+                    header.steps as u64 * 2,
+                    len - at
+                ),
             ));
         }
         inner.seek(SeekFrom::Start(at)).map_err(io_err)?;
@@ -537,18 +599,24 @@ impl<R: Read + Seek> ReplayStream<R> {
 
     /// Hash row `row` (the world hash at the start step + `row`), if the replay has rows.
     pub fn hash_row(&mut self, row: u32) -> Result<Option<u64>, FormatError> {
-        let Some(base) = self.hashes_at else { return Ok(None) };
+        let Some(base) = self.hashes_at else {
+            return Ok(None);
+        };
         if row > self.header.steps {
             return Ok(None);
         }
         let at = base + row as u64 * 8;
-        let io_err = |e: io::Error| FormatError::new(&self.input, at, format!("cannot read hash row {row}: {e}"));
+        let io_err = |e: io::Error| {
+            FormatError::new(&self.input, at, format!("cannot read hash row {row}: {e}"))
+        };
         let mut b = [0u8; 8];
         let inner = self.reader.get_mut();
         inner.seek(SeekFrom::Start(at)).map_err(io_err)?;
         inner.read_exact(&mut b).map_err(io_err)?;
         // Put the buffered reader back where it was.
-        self.reader.seek(SeekFrom::Start(self.offset)).map_err(io_err)?;
+        self.reader
+            .seek(SeekFrom::Start(self.offset))
+            .map_err(io_err)?;
         Ok(Some(u64::from_le_bytes(b)))
     }
 
@@ -559,7 +627,10 @@ impl<R: Read + Seek> ReplayStream<R> {
             return Err(FormatError::new(
                 &self.input,
                 offset,
-                format!("expected an input offset of a step in {}..={}, found step {index}", self.inputs_at, self.len),
+                format!(
+                    "expected an input offset of a step in {}..={}, found step {index}",
+                    self.inputs_at, self.len
+                ),
             ));
         }
         self.reader
@@ -579,7 +650,10 @@ impl<R: Read + Seek> ReplayStream<R> {
                 return Err(FormatError::new(
                     &self.input,
                     self.offset,
-                    format!("expected end of replay, found {} trailing bytes", self.len.saturating_sub(self.offset)),
+                    format!(
+                        "expected end of replay, found {} trailing bytes",
+                        self.len.saturating_sub(self.offset)
+                    ),
                 ));
             }
             return Ok(false);
@@ -587,11 +661,15 @@ impl<R: Read + Seek> ReplayStream<R> {
         let step = self.next;
         let at = self.offset;
         let mut lb = [0u8; 2];
-        self.read_exact_at(&mut lb, at, || format!("2-byte input length of step {step}"))?;
+        self.read_exact_at(&mut lb, at, || {
+            format!("2-byte input length of step {step}")
+        })?;
         let n = u16::from_le_bytes(lb) as usize;
         self.buf.resize(n, 0);
         let mut buf = std::mem::take(&mut self.buf);
-        let r = self.read_exact_at(&mut buf, at + 2, || format!("{n}-byte input of step {step}"));
+        let r = self.read_exact_at(&mut buf, at + 2, || {
+            format!("{n}-byte input of step {step}")
+        });
         self.buf = buf;
         r?;
         for_each_op(&self.input, &self.buf, at + 2, |op| ops.push(op))?;
@@ -600,10 +678,19 @@ impl<R: Read + Seek> ReplayStream<R> {
         Ok(true)
     }
 
-    fn read_exact_at(&mut self, out: &mut [u8], at: u64, what: impl Fn() -> String) -> Result<(), FormatError> {
+    fn read_exact_at(
+        &mut self,
+        out: &mut [u8],
+        at: u64,
+        what: impl Fn() -> String,
+    ) -> Result<(), FormatError> {
         let left = self.len.saturating_sub(at);
         if (out.len() as u64) > left {
-            return Err(FormatError::new(&self.input, at, format!("expected {}, found {left} bytes", what())));
+            return Err(FormatError::new(
+                &self.input,
+                at,
+                format!("expected {}, found {left} bytes", what()),
+            ));
         }
         self.reader
             .read_exact(out)
@@ -701,10 +788,15 @@ impl RowSource {
         let name = path.display().to_string();
         let mut f = File::open(path).map_err(|e| FormatError::io(&name, &e))?;
         let mut first = Vec::with_capacity(16);
-        (&mut f).take(TRACE_MAGIC.len() as u64).read_to_end(&mut first).map_err(|e| FormatError::io(&name, &e))?;
+        (&mut f)
+            .take(TRACE_MAGIC.len() as u64)
+            .read_to_end(&mut first)
+            .map_err(|e| FormatError::io(&name, &e))?;
         match detect(&name, &first)? {
             InputKind::Trace => Ok(RowSource::Trace(TraceReader::open(path)?)),
-            InputKind::Replay => Ok(RowSource::Replay(ReplayTracer::new(ReplayStream::open(path)?))),
+            InputKind::Replay => Ok(RowSource::Replay(ReplayTracer::new(ReplayStream::open(
+                path,
+            )?))),
         }
     }
 
@@ -756,8 +848,22 @@ impl Difference {
 impl std::fmt::Display for Difference {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.step {
-            Some(s) => write!(f, "first difference at step {s} (row {}): {}: A {}, B {}", self.row, self.what(), self.a, self.b),
-            None => write!(f, "first difference at row {}: {}: A {}, B {}", self.row, self.what(), self.a, self.b),
+            Some(s) => write!(
+                f,
+                "first difference at step {s} (row {}): {}: A {}, B {}",
+                self.row,
+                self.what(),
+                self.a,
+                self.b
+            ),
+            None => write!(
+                f,
+                "first difference at row {}: {}: A {}, B {}",
+                self.row,
+                self.what(),
+                self.a,
+                self.b
+            ),
         }
     }
 }
@@ -842,7 +948,14 @@ mod tests {
     use crate::ostm::Replay;
 
     fn world(bodies: u8) -> World {
-        World::new(Setup { dims: Dims::Three, bodies, seed: 99 }, None)
+        World::new(
+            Setup {
+                dims: Dims::Three,
+                bodies,
+                seed: 99,
+            },
+            None,
+        )
     }
 
     fn trace_text(steps: usize) -> String {
@@ -868,7 +981,12 @@ mod tests {
     #[test]
     fn a_row_is_written_as_documented() {
         let mut w = world(1);
-        w.bodies[0] = Body { alive: true, still: 2, pos: [1, -2, 3], vel: [-4, 5, 0] };
+        w.bodies[0] = Body {
+            alive: true,
+            still: 2,
+            pos: [1, -2, 3],
+            vel: [-4, 5, 0],
+        };
         w.gravity = -7;
         w.step = 12;
         let mut s = String::new();
@@ -926,14 +1044,29 @@ mod tests {
 
     #[test]
     fn a_replay_streams_to_the_same_worlds_as_stepping_it() {
-        let mut r = Replay::new(Setup { dims: Dims::Two, bodies: 4, seed: 5 }, None);
+        let mut r = Replay::new(
+            Setup {
+                dims: Dims::Two,
+                bodies: 4,
+                seed: 5,
+            },
+            None,
+        );
         for i in 0..30 {
-            let ops = if i % 7 == 0 { vec![Op::Impulse { body: 1, d: [3, 40, 0] }] } else { vec![] };
+            let ops = if i % 7 == 0 {
+                vec![Op::Impulse {
+                    body: 1,
+                    d: [3, 40, 0],
+                }]
+            } else {
+                vec![]
+            };
             r.inputs.push_ops(&ops);
         }
         r.compute_hashes();
         let bytes = r.to_bytes();
-        let mut t = ReplayTracer::new(ReplayStream::new("r", io::Cursor::new(bytes.clone())).unwrap());
+        let mut t =
+            ReplayTracer::new(ReplayStream::new("r", io::Cursor::new(bytes.clone())).unwrap());
         let mut hashes = Vec::new();
         while let Some(w) = t.next_world().unwrap() {
             hashes.push(w.hash());
@@ -941,11 +1074,12 @@ mod tests {
         assert_eq!(Some(hashes), r.hashes);
         // Cut short anywhere: an error, never a shorter run.
         for cut in 0..bytes.len() {
-            let res = ReplayStream::new("r", io::Cursor::new(bytes[..cut].to_vec())).and_then(|s| {
-                let mut t = ReplayTracer::new(s);
-                while t.next_world()?.is_some() {}
-                Ok(())
-            });
+            let res =
+                ReplayStream::new("r", io::Cursor::new(bytes[..cut].to_vec())).and_then(|s| {
+                    let mut t = ReplayTracer::new(s);
+                    while t.next_world()?.is_some() {}
+                    Ok(())
+                });
             assert!(res.is_err(), "cut at {cut} accepted");
         }
     }

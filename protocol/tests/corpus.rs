@@ -9,7 +9,9 @@ use ostm_protocol::{Op, Replay};
 use std::path::PathBuf;
 
 fn corpus(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/corpus").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/corpus")
+        .join(name)
 }
 
 /// A planted defect: a step whose move stage forgets floor friction.
@@ -30,9 +32,23 @@ fn step_without_friction(w: &mut World, ops: &[Op]) {
 /// The replay the recording side made: 3D, 4 bodies, seed 2024, 400 steps, a sideways
 /// impulse on body 2 every 50 steps; hash rows from the real step.
 fn recorded() -> Replay {
-    let mut r = Replay::new(Setup { dims: Dims::Three, bodies: 4, seed: 2024 }, None);
+    let mut r = Replay::new(
+        Setup {
+            dims: Dims::Three,
+            bodies: 4,
+            seed: 2024,
+        },
+        None,
+    );
     for i in 0..400 {
-        let ops = if i % 50 == 0 { vec![Op::Impulse { body: 2, d: [60, 0, -30] }] } else { vec![] };
+        let ops = if i % 50 == 0 {
+            vec![Op::Impulse {
+                body: 2,
+                d: [60, 0, -30],
+            }]
+        } else {
+            vec![]
+        };
         r.inputs.push_ops(&ops);
     }
     r.compute_hashes();
@@ -68,18 +84,28 @@ fn floor_friction_skipped_is_rebuilt_byte_for_byte_and_replays_clean() {
         b.write_file(&path).unwrap();
     }
     let committed = std::fs::read(&path).expect("fixtures/corpus/floor-friction-skipped.ostmb");
-    assert_eq!(committed, b.to_bytes(), "the committed bundle is not what its recipe makes");
+    assert_eq!(
+        committed,
+        b.to_bytes(),
+        "the committed bundle is not what its recipe makes"
+    );
 
     let report = Bundle::from_bytes("corpus", &committed).unwrap().check();
     // This build has friction: every recorded row matches, so the defect stays fixed.
     assert_eq!(report.mismatch, None);
     // And the writer's world differs exactly where friction acts: a horizontal velocity
     // of a body on the floor, this build's value being the writer's times 7/8, truncated.
-    let d = report.difference.expect("a difference against the writer's world");
+    let d = report
+        .difference
+        .expect("a difference against the writer's world");
     let writer = b.writer.as_ref().unwrap();
     let body = d.diff.body.unwrap();
     assert_eq!(writer.bodies[body].pos[1], 0, "body {body} is on the floor");
-    assert!(d.diff.field == "velocity.x" || d.diff.field == "velocity.z", "{}", d.diff.field);
+    assert!(
+        d.diff.field == "velocity.x" || d.diff.field == "velocity.z",
+        "{}",
+        d.diff.field
+    );
     assert_eq!(d.diff.a, d.diff.b * 7 / 8);
     assert_ne!(d.diff.a, d.diff.b);
 }

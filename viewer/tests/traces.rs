@@ -26,11 +26,23 @@ fn s(p: &Path) -> &str {
 
 /// 3D, 5 bodies, seed 11, 400 steps with an impulse every 40 steps and a spawn at step 77.
 fn replay() -> Replay {
-    let mut r = Replay::new(Setup { dims: Dims::Three, bodies: 5, seed: 11 }, None);
+    let mut r = Replay::new(
+        Setup {
+            dims: Dims::Three,
+            bodies: 5,
+            seed: 11,
+        },
+        None,
+    );
     for i in 0..400u32 {
         let ops = match i {
-            77 => vec![Op::Spawn { pos: [1000, 9000, 500] }],
-            _ if i % 40 == 0 => vec![Op::Impulse { body: (i / 40 % 5) as u8, d: [50, 80, -20] }],
+            77 => vec![Op::Spawn {
+                pos: [1000, 9000, 500],
+            }],
+            _ if i % 40 == 0 => vec![Op::Impulse {
+                body: (i / 40 % 5) as u8,
+                d: [50, 80, -20],
+            }],
             _ => vec![],
         };
         r.inputs.push_ops(&ops);
@@ -94,11 +106,20 @@ fn a_planted_one_unit_difference_is_reported_at_its_step_body_and_field() {
 
     let (code, out, _) = run(&["first-difference", s(&a), s(&b)]);
     assert_eq!(code, 1, "{out}");
-    assert_eq!(out.trim(), format!("first difference at step 123 (row 123): body 2 velocity.y: A {vy}, B {}", vy + 1));
+    assert_eq!(
+        out.trim(),
+        format!(
+            "first difference at step 123 (row 123): body 2 velocity.y: A {vy}, B {}",
+            vy + 1
+        )
+    );
     let (code, out, _) = run(&["first-difference", s(&path), s(&b), "--json"]);
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!((v["step"].as_u64(), v["body"].as_u64(), v["field"].as_str()), (Some(123), Some(2), Some("velocity.y")));
+    assert_eq!(
+        (v["step"].as_u64(), v["body"].as_u64(), v["field"].as_str()),
+        (Some(123), Some(2), Some("velocity.y"))
+    );
 
     // Unplanted: identical, whether each side is a trace or a replay.
     for (x, y) in [(&a, &a), (&path, &a), (&a, &path), (&path, &path)] {
@@ -125,7 +146,10 @@ fn two_replays_that_part_are_compared_on_the_fly() {
     assert_eq!(code, 1);
     // Gravity is set in the input stage of step 200, so the world after it (step 201)
     // differs first in gravity: 3 against 4.
-    assert_eq!(out.trim(), "first difference at step 201 (row 201): gravity: A 3, B 4");
+    assert_eq!(
+        out.trim(),
+        "first difference at step 201 (row 201): gravity: A 3, B 4"
+    );
 }
 
 #[test]
@@ -135,7 +159,12 @@ fn cut_short_and_malformed_traces_exit_2_naming_input_line_and_offset() {
     let a = dir.path().join("a.trace");
     assert_eq!(run(&["trace", s(&path), "-o", s(&a)]).0, 0);
     let text = std::fs::read_to_string(&a).unwrap();
-    let line_start = |n: usize| text.split_inclusive('\n').take(n - 1).map(str::len).sum::<usize>();
+    let line_start = |n: usize| {
+        text.split_inclusive('\n')
+            .take(n - 1)
+            .map(str::len)
+            .sum::<usize>()
+    };
 
     let cases: Vec<(&str, String, usize)> = vec![
         // Cut in the middle of line 100.
@@ -143,15 +172,35 @@ fn cut_short_and_malformed_traces_exit_2_naming_input_line_and_offset() {
         // Cut at a line boundary: the end line is missing.
         ("noend.trace", text[..line_start(404)].to_string(), 404),
         // A field that is not a number on line 50.
-        ("bad.trace", text.split_inclusive('\n').enumerate().map(|(i, l)| if i == 49 { l.replacen(" g=3 ", " g=x ", 1) } else { l.to_string() }).collect(), 50),
+        (
+            "bad.trace",
+            text.split_inclusive('\n')
+                .enumerate()
+                .map(|(i, l)| {
+                    if i == 49 {
+                        l.replacen(" g=3 ", " g=x ", 1)
+                    } else {
+                        l.to_string()
+                    }
+                })
+                .collect(),
+            50,
+        ),
     ];
     for (name, body, line) in cases {
         let p = dir.path().join(name);
         std::fs::write(&p, &body).unwrap();
-        for args in [["first-difference", s(&a), s(&p)], ["first-difference", s(&p), s(&a)]] {
+        for args in [
+            ["first-difference", s(&a), s(&p)],
+            ["first-difference", s(&p), s(&a)],
+        ] {
             let (code, out, err) = run(&args);
             assert_eq!(code, 2, "{name}: {out}{err}");
-            let want = format!("{}: at offset {}: line {line}:", p.display(), line_start(line));
+            let want = format!(
+                "{}: at offset {}: line {line}:",
+                p.display(),
+                line_start(line)
+            );
             assert!(err.contains(&want), "{name}: wanted {want:?} in {err:?}");
         }
     }
@@ -175,7 +224,11 @@ fn trace_from_to_writes_only_those_rows() {
     assert_eq!(lines[0], "ostm-trace 1");
     assert_eq!(lines[1], "setup dims=3 bodies=5 seed=11 link=none");
     let w = &worlds(&r)[10];
-    assert!(lines[2].starts_with(&format!("s=10 h={:016x} g=3 n=5 | ", w.hash())), "{}", lines[2]);
+    assert!(
+        lines[2].starts_with(&format!("s=10 h={:016x} g=3 n=5 | ", w.hash())),
+        "{}",
+        lines[2]
+    );
     assert_eq!(lines[5], "end rows=3");
 }
 
@@ -199,7 +252,15 @@ fn a_verify_mismatch_bundle_replays_to_the_same_report() {
     assert_eq!(code, 1, "the failure reproduces: {out}");
     let b: serde_json::Value = serde_json::from_str(&out).unwrap();
     let got = &b["mismatch"];
-    assert_eq!((&got["step"], &got["row"], &got["expected"], &got["computed"]), (&m["step"], &m["row"], &m["expected"], &m["actual"]));
+    assert_eq!(
+        (
+            &got["step"],
+            &got["row"],
+            &got["expected"],
+            &got["computed"]
+        ),
+        (&m["step"], &m["row"], &m["expected"], &m["actual"])
+    );
     assert_eq!(b["recorded"], b["mismatch"]);
     // The bundle keeps the steps up to just past the failure, not the whole file.
     assert_eq!(b["rows"], 250 + 8 + 1);
@@ -230,12 +291,16 @@ fn every_corpus_bundle_replays_and_its_defect_stays_fixed() {
     }
     assert!(n >= 1);
     let (_, out, _) = run(&["replay", s(&dir.join("floor-friction-skipped.ostmb"))]);
-    assert!(out.contains("first difference at step 141: body 0 velocity.x: this build 4, writer 5"), "{out}");
+    assert!(
+        out.contains("first difference at step 141: body 0 velocity.x: this build 4, writer 5"),
+        "{out}"
+    );
 }
 
 #[test]
 fn a_bundle_cut_short_exits_2() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/corpus/floor-friction-skipped.ostmb");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/corpus/floor-friction-skipped.ostmb");
     let bytes = std::fs::read(dir).unwrap();
     let t = tempfile::tempdir().unwrap();
     let p = t.path().join("cut.ostmb");
@@ -249,7 +314,10 @@ fn a_bundle_cut_short_exits_2() {
 // keyframes
 
 fn schema() -> jsonschema::Validator {
-    let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/keyframe.schema.json")).unwrap();
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/keyframe.schema.json"),
+    )
+    .unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     jsonschema::validator_for(&v).expect("the schema compiles")
 }
@@ -263,14 +331,25 @@ fn keyframes_validate_against_the_schema_and_continue_exactly_like_the_original(
     let all = worlds(&r);
     for step in [0u64, 1, 77, 78, 250, 399, 400] {
         let k = dir.path().join(format!("k{step}.json"));
-        let (code, _, err) = run(&["keyframe", s(&path), "--step", &step.to_string(), "-o", s(&k)]);
+        let (code, _, err) = run(&[
+            "keyframe",
+            s(&path),
+            "--step",
+            &step.to_string(),
+            "-o",
+            s(&k),
+        ]);
         assert_eq!(code, 0, "{err}");
-        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
         let errors: Vec<String> = schema.iter_errors(&doc).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "step {step}: {errors:?}");
         assert_eq!(doc["tick"], step);
         assert_eq!(doc["tickRate"], 60);
-        assert_eq!(doc["entityOrder"].as_array().unwrap().len(), all[step as usize].bodies.len());
+        assert_eq!(
+            doc["entityOrder"].as_array().unwrap().len(),
+            all[step as usize].bodies.len()
+        );
         // Continue from it: every row from the keyframe's tick on matches.
         let (code, out, err) = run(&["verify", s(&path), "--from-keyframe", s(&k), "--json"]);
         assert_eq!(code, 0, "step {step}: {out}{err}");
@@ -279,13 +358,21 @@ fn keyframes_validate_against_the_schema_and_continue_exactly_like_the_original(
     }
     // Planted: one body one millimetre off at step 250 is caught at row 250.
     let k = dir.path().join("k250.json");
-    let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
     let x = doc["entities"]["b1"]["body"]["pos"][0].as_i64().unwrap();
     doc["entities"]["b1"]["body"]["pos"][0] = (x + 1).into();
     let planted = dir.path().join("planted.json");
     std::fs::write(&planted, doc.to_string()).unwrap();
     assert!(schema.is_valid(&doc));
-    let (code, out, _) = run(&["verify", s(&path), "--from-keyframe", s(&planted), "--json", "--no-bundle"]);
+    let (code, out, _) = run(&[
+        "verify",
+        s(&path),
+        "--from-keyframe",
+        s(&planted),
+        "--json",
+        "--no-bundle",
+    ]);
     assert_eq!(code, 1, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["mismatch"]["step"], 250);
@@ -296,13 +383,30 @@ fn a_malformed_keyframe_is_refused_with_its_json_path_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "r.ostm", &replay());
     let k = dir.path().join("k.json");
-    assert_eq!(run(&["keyframe", s(&path), "--step", "90", "-o", s(&k)]).0, 0);
-    let good: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
-    let plants: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
-        ("$.entities.b4.body.still: expected an integer", Box::new(|v| v["entities"]["b4"]["body"]["still"] = "3".into())),
-        ("$.entities.b5: missing", Box::new(|v| drop(v["entities"].as_object_mut().unwrap().remove("b5")))),
-        ("$.entityOrder[0]: expected \"b0\"", Box::new(|v| v["entityOrder"][0] = "b1".into())),
-        ("$.seed: expected an integer", Box::new(|v| v["seed"] = "eleven".into())),
+    assert_eq!(
+        run(&["keyframe", s(&path), "--step", "90", "-o", s(&k)]).0,
+        0
+    );
+    let good: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
+    type Plant = Box<dyn Fn(&mut serde_json::Value)>;
+    let plants: Vec<(&str, Plant)> = vec![
+        (
+            "$.entities.b4.body.still: expected an integer",
+            Box::new(|v| v["entities"]["b4"]["body"]["still"] = "3".into()),
+        ),
+        (
+            "$.entities.b5: missing",
+            Box::new(|v| drop(v["entities"].as_object_mut().unwrap().remove("b5"))),
+        ),
+        (
+            "$.entityOrder[0]: expected \"b0\"",
+            Box::new(|v| v["entityOrder"][0] = "b1".into()),
+        ),
+        (
+            "$.seed: expected an integer",
+            Box::new(|v| v["seed"] = "eleven".into()),
+        ),
     ];
     for (want, plant) in plants {
         let mut v = good.clone();
@@ -310,7 +414,14 @@ fn a_malformed_keyframe_is_refused_with_its_json_path_before_anything_runs() {
         let p = dir.path().join("bad.json");
         std::fs::write(&p, v.to_string()).unwrap();
         let bundle = dir.path().join("should-not-exist.ostmb");
-        let (code, _, err) = run(&["verify", s(&path), "--from-keyframe", s(&p), "--bundle", s(&bundle)]);
+        let (code, _, err) = run(&[
+            "verify",
+            s(&path),
+            "--from-keyframe",
+            s(&p),
+            "--bundle",
+            s(&bundle),
+        ]);
         assert_eq!(code, 2, "{want}");
         assert!(err.contains(want), "wanted {want:?} in {err:?}");
         assert!(!bundle.exists());
@@ -330,7 +441,14 @@ fn seek_agrees_with_a_full_replay() {
     assert!(out.contains("7 keyframes every 64 steps"), "{out}");
     let all = worlds(&r);
     for step in [0u64, 63, 64, 65, 191, 333, 400] {
-        let (code, out, err) = run(&["seek", s(&path), "--step", &step.to_string(), "--json", "--trace"]);
+        let (code, out, err) = run(&[
+            "seek",
+            s(&path),
+            "--step",
+            &step.to_string(),
+            "--json",
+            "--trace",
+        ]);
         assert_eq!(code, 0, "{err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let w = &all[step as usize];

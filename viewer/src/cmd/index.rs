@@ -27,7 +27,10 @@ pub struct Args {
 
 /// Runs `index`.
 pub fn run(args: Args) -> Exit {
-    let out = args.output.clone().unwrap_or_else(|| default_index_path(&args.file));
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_index_path(&args.file));
     let bar = std::io::stderr().is_terminal().then(|| {
         let b = indicatif::ProgressBar::new_spinner();
         b.set_message("indexing");
@@ -43,7 +46,13 @@ pub fn run(args: Args) -> Exit {
     }
     match res {
         Ok(h) => {
-            println!("{}: {} keyframes every {} steps ({} steps)", out.display(), h.entries, h.every, h.steps);
+            println!(
+                "{}: {} keyframes every {} steps ({} steps)",
+                out.display(),
+                h.entries,
+                h.every,
+                h.steps
+            );
             Exit::Ok
         }
         Err(e) => fail(e),

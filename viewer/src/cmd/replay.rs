@@ -67,12 +67,18 @@ pub fn run(args: Args) -> Exit {
         println!("recorded: {}", report.recorded);
         match &report.mismatch {
             Some(m) => println!("this build: {m}"),
-            None => println!("this build: matches all {} hash rows; the failure does not reproduce", report.rows),
+            None => println!(
+                "this build: matches all {} hash rows; the failure does not reproduce",
+                report.rows
+            ),
         }
         match &report.difference {
             Some(d) => println!("{d}"),
             None if bundle.writer.is_some() || bundle.reference.is_some() => {
-                println!("this build's world at step {} equals the bundle's", report.recorded.step)
+                println!(
+                    "this build's world at step {} equals the bundle's",
+                    report.recorded.step
+                )
             }
             None => {}
         }

@@ -32,7 +32,10 @@ pub struct Args {
 
 /// Runs `seek`.
 pub fn run(args: Args) -> Exit {
-    let index = args.index.clone().unwrap_or_else(|| default_index_path(&args.file));
+    let index = args
+        .index
+        .clone()
+        .unwrap_or_else(|| default_index_path(&args.file));
     let s = match seek(&args.file, &index, args.step) {
         Ok(s) => s,
         Err(e) => return fail(e),
@@ -55,7 +58,10 @@ pub fn run(args: Args) -> Exit {
         }
         println!("{v}");
     } else {
-        println!("step {} hash {hash:016x} (keyframe at step {}, {} steps run)", s.world.step, s.keyframe_step, s.steps_run);
+        println!(
+            "step {} hash {hash:016x} (keyframe at step {}, {} steps run)",
+            s.world.step, s.keyframe_step, s.steps_run
+        );
         match s.recorded_hash {
             Some(r) if r == hash => println!("matches the replay's hash row"),
             Some(r) => println!("differs from the replay's hash row {r:016x}"),

@@ -60,20 +60,30 @@ pub fn run(args: Args) -> Exit {
                 Ok(f) => f,
                 Err(e) => return fail(format!("cannot create {}: {e}", tmp.display())),
             };
-            let done = trace_replay(stream, BufWriter::with_capacity(64 * 1024, file), args.from, args.to)
-                .and_then(|_| std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(TraceError::Write))
-                .and_then(|_| std::fs::rename(&tmp, path).map_err(TraceError::Write));
+            let done = trace_replay(
+                stream,
+                BufWriter::with_capacity(64 * 1024, file),
+                args.from,
+                args.to,
+            )
+            .and_then(|_| {
+                std::fs::File::open(&tmp)
+                    .and_then(|f| f.sync_all())
+                    .map_err(TraceError::Write)
+            })
+            .and_then(|_| std::fs::rename(&tmp, path).map_err(TraceError::Write));
             match done {
                 Ok(()) => Exit::Ok,
                 Err(e) => {
                     let _ = std::fs::remove_file(&tmp);
                     match e {
                         TraceError::Input(e) => fail(e),
-                        TraceError::Write(e) => fail(format!("cannot write {}: {e}", path.display())),
+                        TraceError::Write(e) => {
+                            fail(format!("cannot write {}: {e}", path.display()))
+                        }
                     }
                 }
             }
         }
     }
 }
-

@@ -77,9 +77,12 @@ pub fn run(args: Args) -> Exit {
         Err(e) => return malformed(&args.file, args.json, &e),
     };
     let verdict = match &args.from_keyframe {
-        Some(k) => match ostm_protocol::keyframe::read_file(k).map_err(|e| e.to_string()).and_then(|k| {
-            ostm_protocol::keyframe::verify_from(&replay, k.world).map_err(|e| format!("{}: {e}", k_name(&args)))
-        }) {
+        Some(k) => match ostm_protocol::keyframe::read_file(k)
+            .map_err(|e| e.to_string())
+            .and_then(|k| {
+                ostm_protocol::keyframe::verify_from(&replay, k.world)
+                    .map_err(|e| format!("{}: {e}", k_name(&args)))
+            }) {
             Ok(v) => v,
             Err(e) => return fail(e),
         },
@@ -188,7 +191,11 @@ pub fn mismatched(args: &Args, replay: &Replay, m: Mismatch) -> Exit {
         );
     }
     match bundle {
-        Some(Ok(p)) => println!("bundle written: {} (reproduce: ostm-viewer replay {})", p.display(), p.display()),
+        Some(Ok(p)) => println!(
+            "bundle written: {} (reproduce: ostm-viewer replay {})",
+            p.display(),
+            p.display()
+        ),
         Some(Err(e)) => eprintln!("error: no bundle written: {e}"),
         None => {}
     }
@@ -196,7 +203,10 @@ pub fn mismatched(args: &Args, replay: &Replay, m: Mismatch) -> Exit {
 }
 
 fn k_name(args: &Args) -> String {
-    args.from_keyframe.as_ref().map(|k| k.display().to_string()).unwrap_or_default()
+    args.from_keyframe
+        .as_ref()
+        .map(|k| k.display().to_string())
+        .unwrap_or_default()
 }
 
 /// Writes the failure bundle for a mismatch: the writer's world is this run's at the row.
@@ -207,7 +217,11 @@ fn write_bundle(args: &Args, replay: &Replay, m: Mismatch) -> Result<PathBuf, St
         PathBuf::from(s)
     });
     let mut world = match &args.from_keyframe {
-        Some(k) => ostm_protocol::keyframe::read_file(k).map_err(|e| e.to_string())?.world,
+        Some(k) => {
+            ostm_protocol::keyframe::read_file(k)
+                .map_err(|e| e.to_string())?
+                .world
+        }
         None => replay.start_world(),
     };
     let first = (world.step - replay.start_step()) as usize;
@@ -218,13 +232,25 @@ fn write_bundle(args: &Args, replay: &Replay, m: Mismatch) -> Result<PathBuf, St
         "ostm-viewer {} verify {}{}: hash row {} (step {}) differs",
         env!("CARGO_PKG_VERSION"),
         args.file.display(),
-        args.from_keyframe.as_ref().map(|k| format!(" --from-keyframe {}", k.display())).unwrap_or_default(),
+        args.from_keyframe
+            .as_ref()
+            .map(|k| format!(" --from-keyframe {}", k.display()))
+            .unwrap_or_default(),
         m.row,
         m.step
     );
-    let bundle = ostm_protocol::bundle::Bundle::from_mismatch(replay, m.row, m.actual, Some(world), None, &description)
-        .ok_or("the replay has no such hash row")?;
-    bundle.write_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bundle = ostm_protocol::bundle::Bundle::from_mismatch(
+        replay,
+        m.row,
+        m.actual,
+        Some(world),
+        None,
+        &description,
+    )
+    .ok_or("the replay has no such hash row")?;
+    bundle
+        .write_file(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }
 
