@@ -44,6 +44,18 @@ enum Command {
     Ghost(cmd::ghost::Args),
     /// Compare a replay with a pose cache frame by frame; exit 1 beyond the tolerance.
     Compare(cmd::compare::Args),
+    /// Print one line per step of a replay: hash, gravity and every body's fields.
+    Trace(cmd::trace::Args),
+    /// Find where two traces or replays first differ (exit 0 same, 1 different, 2 bad input).
+    FirstDifference(cmd::first_difference::Args),
+    /// Reproduce the failure a bundle holds and print the first difference.
+    Replay(cmd::replay::Args),
+    /// Export the world at a step as a molen/keyframe@1 JSON keyframe.
+    Keyframe(cmd::keyframe::Args),
+    /// Write a seek index: keyframes every K steps beside a replay.
+    Index(cmd::index::Args),
+    /// Reach a step from the nearest indexed keyframe.
+    Seek(cmd::seek::Args),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +69,12 @@ fn main() -> ExitCode {
         Command::Follow(a) => cmd::follow::run(a),
         Command::Ghost(a) => cmd::ghost::run(a),
         Command::Compare(a) => cmd::compare::run(a),
+        Command::Trace(a) => cmd::trace::run(a),
+        Command::FirstDifference(a) => cmd::first_difference::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Keyframe(a) => cmd::keyframe::run(a),
+        Command::Index(a) => cmd::index::run(a),
+        Command::Seek(a) => cmd::seek::run(a),
     };
     exit.into()
 }
