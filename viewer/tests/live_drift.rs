@@ -11,14 +11,24 @@ const STEP: u64 = 3000;
 /// A body alive at `STEP` in the embedded world, and its velocity.y there.
 fn planted() -> (usize, i32) {
     let w = default_world_at(STEP);
-    let body = (5..w.bodies.len()).find(|&i| w.bodies[i].alive).expect("a live body");
+    let body = (5..w.bodies.len())
+        .find(|&i| w.bodies[i].alive)
+        .expect("a live body");
     (body, w.bodies[body].vel[1])
 }
 
 fn attach_from_early(perturb: bool) -> std::process::Output {
     let (body, _) = planted();
     let planted = format!("{STEP}:{body}");
-    let mut args = vec!["--rate", "1500", "--steps", "6000", "--json", "--status-ms", "50"];
+    let mut args = vec![
+        "--rate",
+        "1500",
+        "--steps",
+        "6000",
+        "--json",
+        "--status-ms",
+        "50",
+    ];
     if perturb {
         args.extend_from_slice(&["--perturb", &planted]);
     }
@@ -36,10 +46,16 @@ fn the_report_names_the_planted_step_body_and_field_and_that_every_stage_agrees(
     let start = attached_step(&text);
     assert!(start < STEP, "attached before the planted step ({start})");
     assert!(
-        text.contains(&format!("drift at step {STEP}: body {body} velocity.y host={} viewer={vy}", vy + 1)),
+        text.contains(&format!(
+            "drift at step {STEP}: body {body} velocity.y host={} viewer={vy}",
+            vy + 1
+        )),
         "{text}"
     );
-    assert!(text.contains("every stage agrees: the host's world was changed outside the step"), "{text}");
+    assert!(
+        text.contains("every stage agrees: the host's world was changed outside the step"),
+        "{text}"
+    );
 }
 
 /// The same run without the planted change: no drift (the test above can fail).
@@ -54,7 +70,17 @@ fn without_the_planted_change_the_same_run_verifies() {
 fn the_report_as_json() {
     let (body, vy) = planted();
     let (body_s, step_s) = (body.to_string(), STEP.to_string());
-    let mut host = Host::start(&["--rate", "1500", "--steps", "6000", "--json", "--status-ms", "50", "--perturb", &format!("{step_s}:{body_s}")]);
+    let mut host = Host::start(&[
+        "--rate",
+        "1500",
+        "--steps",
+        "6000",
+        "--json",
+        "--status-ms",
+        "50",
+        "--perturb",
+        &format!("{step_s}:{body_s}"),
+    ]);
     host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= 10);
     let out = viewer(&["check", &host.addr, "--steps", "5000", "--json"]);
     assert_eq!(code(&out), 1);

@@ -49,7 +49,11 @@ fn ended_with(msgs: &[ToViewer], reason: EndReason, text: &str) {
     match msgs.last() {
         Some(ToViewer::End(e)) => {
             assert_eq!(e.reason, reason, "{e:?}");
-            assert!(e.text.contains(text), "{:?} does not contain {text:?}", e.text);
+            assert!(
+                e.text.contains(text),
+                "{:?} does not contain {text:?}",
+                e.text
+            );
         }
         other => panic!("expected an end message, found {other:?}"),
     }
@@ -61,29 +65,55 @@ fn garbage_truncation_wrong_version_and_wrong_role_cost_only_their_connection() 
     // An HTTP client: its first four bytes read as a length far above the maximum.
     let mut s = raw(&host.addr);
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    ended_with(&read_all(s), EndReason::NotAViewer, "at offset 0: expected frame length 1..=65554, found 542393671");
+    ended_with(
+        &read_all(s),
+        EndReason::NotAViewer,
+        "at offset 0: expected frame length 1..=65554, found 542393671",
+    );
     // A version this host does not speak.
     let mut s = raw(&host.addr);
     s.write_all(&hello(9, 1, b"")).unwrap();
-    ended_with(&read_all(s), EndReason::VersionMismatch, "the host speaks protocol version 1, the viewer sent version 9");
+    ended_with(
+        &read_all(s),
+        EndReason::VersionMismatch,
+        "the host speaks protocol version 1, the viewer sent version 9",
+    );
     // A host, not a viewer.
     let mut s = raw(&host.addr);
     s.write_all(&hello(1, 2, b"")).unwrap();
-    ended_with(&read_all(s), EndReason::NotAViewer, "expected role 1 (viewer), found role 2");
+    ended_with(
+        &read_all(s),
+        EndReason::NotAViewer,
+        "expected role 1 (viewer), found role 2",
+    );
     // A viewer that attaches, then sends half a frame and closes its side.
     let mut s = raw(&host.addr);
     s.write_all(&hello(1, 1, b"")).unwrap();
     s.write_all(&[9, 0, 0, 0, 0x03, 1, 2]).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let msgs = read_all(s);
-    assert!(matches!(msgs.first(), Some(ToViewer::Welcome(Welcome { version: 1, .. }))), "{msgs:?}");
+    assert!(
+        matches!(
+            msgs.first(),
+            Some(ToViewer::Welcome(Welcome { version: 1, .. }))
+        ),
+        "{msgs:?}"
+    );
     // A hello with no token is 4 + 1 + 8 + 2 + 1 + 1 = 17 bytes: the cut frame starts there.
-    ended_with(&msgs, EndReason::ProtocolError, "at offset 17: connection closed inside a frame: expected 9 frame bytes, found 3 bytes");
+    ended_with(
+        &msgs,
+        EndReason::ProtocolError,
+        "at offset 17: connection closed inside a frame: expected 9 frame bytes, found 3 bytes",
+    );
     // A viewer that sends an unknown message type after attaching.
     let mut s = raw(&host.addr);
     s.write_all(&hello(1, 1, b"")).unwrap();
     s.write_all(&[1, 0, 0, 0, 0x7e]).unwrap();
-    ended_with(&read_all(s), EndReason::ProtocolError, "at offset 21: expected a viewer message type 0x01..=0x03, found 0x7e");
+    ended_with(
+        &read_all(s),
+        EndReason::ProtocolError,
+        "at offset 21: expected a viewer message type 0x01..=0x03, found 0x7e",
+    );
     // The host still serves.
     let out = viewer(&["check", &host.addr, "--steps", "100"]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
@@ -110,8 +140,18 @@ fn fake_host(bytes: Vec<u8>) -> String {
 }
 
 fn welcome_frame() -> Vec<u8> {
-    let w = Welcome { version: 1, role: 2, rate: 60, heartbeat_ms: 1000, ring: 512, queue: 256 };
-    HostCodec::encode_frame(&ToViewer::Welcome(w)).unwrap().0.to_vec()
+    let w = Welcome {
+        version: 1,
+        role: 2,
+        rate: 60,
+        heartbeat_ms: 1000,
+        ring: 512,
+        queue: 256,
+    };
+    HostCodec::encode_frame(&ToViewer::Welcome(w))
+        .unwrap()
+        .0
+        .to_vec()
 }
 
 #[test]
@@ -119,7 +159,13 @@ fn garbage_and_truncated_frames_from_a_host_give_the_viewer_clear_errors() {
     let addr = fake_host(b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec());
     let out = viewer(&["attach", &addr]);
     assert_eq!(code(&out), 2);
-    assert!(stderr(&out).contains(&format!("protocol error: {addr}: at offset 0: expected frame length 1..=65554, found")), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "protocol error: {addr}: at offset 0: expected frame length 1..=65554, found"
+        )),
+        "{}",
+        stderr(&out)
+    );
 
     // A whole welcome (32 bytes), then a snapshot frame cut after 10 bytes.
     let mut bytes = welcome_frame();
@@ -146,19 +192,52 @@ fn garbage_and_truncated_frames_from_a_host_give_the_viewer_clear_errors() {
     let out = viewer(&["check", &addr, "--steps", "1"]);
     assert_eq!(code(&out), 2);
     // 32 (welcome) + 4 (length) + 1 (type) + 1 (kind) + 1 (flags) + 4 (probe length) = 43.
-    assert!(stdout(&out).contains(&format!("{addr}: at offset 43: expected dimensions 2 or 3, found 7")), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "{addr}: at offset 43: expected dimensions 2 or 3, found 7"
+        )),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
 fn a_token_is_required_and_never_logged() {
-    let host = Host::start_env(&["--rate", "500", "--status-ms", "0", "--token", "s3cr3t-t0ken"], &[("RUST_LOG", "debug")]);
+    let host = Host::start_env(
+        &[
+            "--rate",
+            "500",
+            "--status-ms",
+            "0",
+            "--token",
+            "s3cr3t-t0ken",
+        ],
+        &[("RUST_LOG", "debug")],
+    );
     let out = viewer(&["check", &host.addr, "--steps", "10"]);
     assert_eq!(code(&out), 2);
-    assert!(stdout(&out).contains("the host refused the viewer (bad-token): this host requires a token; none was sent"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(
+            "the host refused the viewer (bad-token): this host requires a token; none was sent"
+        ),
+        "{}",
+        stdout(&out)
+    );
     let out = viewer(&["check", &host.addr, "--steps", "10", "--token", "wrong"]);
     assert_eq!(code(&out), 2);
-    assert!(stdout(&out).contains("(bad-token): the token does not match"), "{}", stdout(&out));
-    let out = viewer(&["check", &host.addr, "--steps", "10", "--token", "s3cr3t-t0ken"]);
+    assert!(
+        stdout(&out).contains("(bad-token): the token does not match"),
+        "{}",
+        stdout(&out)
+    );
+    let out = viewer(&[
+        "check",
+        &host.addr,
+        "--steps",
+        "10",
+        "--token",
+        "s3cr3t-t0ken",
+    ]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     host.interrupt();
     let (status, _, err) = host.wait();
@@ -169,20 +248,36 @@ fn a_token_is_required_and_never_logged() {
 
 #[test]
 fn a_non_loopback_address_needs_a_token() {
-    let out = std::process::Command::new(host_bin()).args(["serve", "--listen", "0.0.0.0:0", "--steps", "1"]).output().unwrap();
+    let out = std::process::Command::new(host_bin())
+        .args(["serve", "--listen", "0.0.0.0:0", "--steps", "1"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a loopback address: --token is required"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("is not a loopback address: --token is required"));
 }
 
 #[test]
 fn max_viewers_refuses_the_one_too_many() {
-    let mut host = Host::start(&["--rate", "500", "--max-viewers", "1", "--json", "--status-ms", "50"]);
+    let mut host = Host::start(&[
+        "--rate",
+        "500",
+        "--max-viewers",
+        "1",
+        "--json",
+        "--status-ms",
+        "50",
+    ]);
     let mut first = raw(&host.addr);
     first.write_all(&hello(1, 1, b"")).unwrap();
     host.wait_status(|v| v["viewers"] == 1);
     let out = viewer(&["check", &host.addr, "--steps", "10"]);
     assert_eq!(code(&out), 2);
-    assert!(stdout(&out).contains("the host refused the viewer (full)"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("the host refused the viewer (full)"),
+        "{}",
+        stdout(&out)
+    );
     drop(first);
     host.wait_status(|v| v["viewers"] == 0);
     let out = viewer(&["check", &host.addr, "--steps", "10"]);
@@ -210,7 +305,8 @@ fn a_hundred_viewers_at_once() {
         ok += 1;
     }
     assert_eq!(ok, 100);
-    let v = host.wait_status(|v| v["viewers_total"].as_u64().unwrap_or(0) >= 100 && v["viewers"] == 0);
+    let v =
+        host.wait_status(|v| v["viewers_total"].as_u64().unwrap_or(0) >= 100 && v["viewers"] == 0);
     assert_eq!(v["refused"], 0);
 }
 
@@ -221,7 +317,19 @@ fn a_hundred_viewers_at_once() {
 fn a_viewer_that_never_reads_neither_slows_the_host_nor_grows_its_memory() {
     const STEPS: u64 = 300_000;
     let steps = STEPS.to_string();
-    let mut host = Host::start(&["--rate", "max", "--steps", &steps, "--viewer-queue", "64", "--stall-ms", "600000", "--json", "--status-ms", "100"]);
+    let mut host = Host::start(&[
+        "--rate",
+        "max",
+        "--steps",
+        &steps,
+        "--viewer-queue",
+        "64",
+        "--stall-ms",
+        "600000",
+        "--json",
+        "--status-ms",
+        "100",
+    ]);
     let mut slow = raw(&host.addr);
     slow.write_all(&hello(1, 1, b"")).unwrap();
     host.wait_status(|v| v["viewers"] == 1);
@@ -237,10 +345,19 @@ fn a_viewer_that_never_reads_neither_slows_the_host_nor_grows_its_memory() {
     }
     let end = statuses.last().unwrap();
     assert_eq!(end["reason"], "finished", "{end}");
-    assert_eq!(end["step"], STEPS, "the host ran every step with the slow viewer attached");
-    assert!(end["resyncs"].as_u64().unwrap() >= 1, "the slow viewer's queue overflowed and was resynced: {end}");
+    assert_eq!(
+        end["step"], STEPS,
+        "the host ran every step with the slow viewer attached"
+    );
+    assert!(
+        end["resyncs"].as_u64().unwrap() >= 1,
+        "the slow viewer's queue overflowed and was resynced: {end}"
+    );
     for s in &statuses {
-        assert!(s["queue_max"].as_u64().unwrap() <= 64, "a queue grew past its cap: {s}");
+        assert!(
+            s["queue_max"].as_u64().unwrap() <= 64,
+            "a queue grew past its cap: {s}"
+        );
     }
     drop(slow);
     let (status, _, _) = host.wait();

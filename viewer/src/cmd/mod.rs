@@ -2,7 +2,18 @@
 
 pub mod attach;
 pub mod check;
+pub mod compare;
+pub mod fields;
+pub mod first_difference;
+pub mod follow;
+pub mod ghost;
+pub mod index;
 pub mod inspect;
+pub mod keyframe;
+pub mod render;
+pub mod replay;
+pub mod seek;
+pub mod trace;
 pub mod verify;
 
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `warn`).

@@ -26,7 +26,8 @@ pub fn host_bin() -> PathBuf {
         if !exe.exists() {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-p", "ostm-host"]).current_dir(workspace());
+            cmd.args(["build", "-p", "ostm-host"])
+                .current_dir(workspace());
             if exe.components().any(|c| c.as_os_str() == "release") {
                 cmd.arg("--release");
             }
@@ -38,7 +39,10 @@ pub fn host_bin() -> PathBuf {
 }
 
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .to_path_buf()
 }
 
 pub fn testdata(name: &str) -> PathBuf {
@@ -71,7 +75,9 @@ impl Host {
             .expect("start ostm-host");
         let lines = pump(child.stdout.take().expect("stdout"));
         let stderr = pump(child.stderr.take().expect("stderr"));
-        let first = lines.recv_timeout(LIMIT).expect("the host prints its address first");
+        let first = lines
+            .recv_timeout(LIMIT)
+            .expect("the host prints its address first");
         let addr = if first.starts_with('{') {
             let v: serde_json::Value = serde_json::from_str(&first).expect("json line");
             v["addr"].as_str().expect("addr").to_string()
@@ -79,7 +85,13 @@ impl Host {
             first.rsplit(' ').next().expect("address").to_string()
         };
         assert!(addr.starts_with("127.0.0.1:"), "{first}");
-        Host { child, addr, lines, stderr, seen: vec![first] }
+        Host {
+            child,
+            addr,
+            lines,
+            stderr,
+            seen: vec![first],
+        }
     }
 
     /// The next stdout line, waiting at most [`LIMIT`].
@@ -141,7 +153,10 @@ impl Drop for Host {
 
 /// Sends SIGINT to a process.
 pub fn interrupt(pid: u32) {
-    let ok = Command::new("kill").args(["-INT", &pid.to_string()]).status().expect("kill -INT");
+    let ok = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill -INT");
     assert!(ok.success());
 }
 
@@ -180,7 +195,10 @@ pub fn finish(mut child: Child) -> Output {
         if Instant::now() > deadline {
             let _ = child.kill();
             let out = child.wait_with_output().expect("output");
-            panic!("ostm-viewer did not finish: {}", String::from_utf8_lossy(&out.stdout));
+            panic!(
+                "ostm-viewer did not finish: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -200,15 +218,26 @@ pub fn stderr(o: &Output) -> String {
 
 /// The step a viewer attached at, from its `attached to ... at step N` line.
 pub fn attached_step(out: &str) -> u64 {
-    let line = out.lines().find(|l| l.starts_with("attached to ")).expect("attached line");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("attached to "))
+        .expect("attached line");
     let rest = line.split(" at step ").nth(1).expect("at step");
-    rest.split(' ').next().expect("step").parse().expect("step number")
+    rest.split(' ')
+        .next()
+        .expect("step")
+        .parse()
+        .expect("step number")
 }
 
 /// The embedded default world's hash at every step `0..=n`, computed here from the
 /// scenario (the independent reference for what the host streams).
 pub fn default_rows(n: u64) -> Vec<u64> {
-    let setup = Setup { dims: ostm_protocol::Dims::Three, bodies: 24, seed: 10_000 };
+    let setup = Setup {
+        dims: ostm_protocol::Dims::Three,
+        bodies: 24,
+        seed: 10_000,
+    };
     let mut world = World::new(setup, None);
     let mut scenario = Scenario::new(setup.seed);
     let mut rows = vec![world.hash()];
@@ -222,7 +251,11 @@ pub fn default_rows(n: u64) -> Vec<u64> {
 
 /// The default world at step `n`.
 pub fn default_world_at(n: u64) -> World {
-    let setup = Setup { dims: ostm_protocol::Dims::Three, bodies: 24, seed: 10_000 };
+    let setup = Setup {
+        dims: ostm_protocol::Dims::Three,
+        bodies: 24,
+        seed: 10_000,
+    };
     let mut world = World::new(setup, None);
     let mut scenario = Scenario::new(setup.seed);
     for _ in 0..n {
@@ -238,13 +271,25 @@ pub fn default_world_at(n: u64) -> World {
 pub fn check_recording(path: &Path, rows: &[u64]) -> (u64, usize) {
     let r = Replay::read_file(path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(r.flags() & 0b11, 0b11, "hash rows and start snapshot");
-    assert!(matches!(r.verify(|_| {}), ostm_protocol::Verdict::Match { .. }), "{} verifies", path.display());
+    assert!(
+        matches!(r.verify(|_| {}), ostm_protocol::Verdict::Match { .. }),
+        "{} verifies",
+        path.display()
+    );
     let start = r.start_step();
     let got = r.hashes.as_ref().expect("rows");
     let end = start as usize + got.len();
     assert!(end <= rows.len(), "reference rows too short");
-    let first = got.iter().zip(&rows[start as usize..end]).position(|(a, b)| a != b);
-    assert_eq!(first, None, "{}: the first row that differs from the reference", path.display());
+    let first = got
+        .iter()
+        .zip(&rows[start as usize..end])
+        .position(|(a, b)| a != b);
+    assert_eq!(
+        first,
+        None,
+        "{}: the first row that differs from the reference",
+        path.display()
+    );
     (start, r.step_count())
 }
 
