@@ -242,7 +242,7 @@ async fn stream_to(
         mut rx,
         flags,
     } = joined;
-    let hello = vec![
+    let hello = [
         ToViewer::Welcome(cfg.welcome),
         ToViewer::Snapshot {
             kind: SnapshotKind::Attach,

@@ -241,7 +241,11 @@ async fn open(addr: &str, small_buffer: bool) -> std::io::Result<TcpStream> {
     }
     let mut last = std::io::Error::other(format!("{addr} resolves to no address"));
     for a in tokio::net::lookup_host(addr).await? {
-        let socket = if a.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        let socket = if a.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
         socket.set_recv_buffer_size(4096)?;
         match socket.connect(a).await {
             Ok(s) => return Ok(s),
@@ -336,7 +340,8 @@ async fn verify_loop(
                 }
                 st.verified += 1;
                 if let Some(per_second) = opts.throttle {
-                    let due = st.started + Duration::from_secs_f64(st.verified as f64 / per_second.max(1) as f64);
+                    let due = st.started
+                        + Duration::from_secs_f64(st.verified as f64 / per_second.max(1) as f64);
                     tokio::time::sleep_until(due.into()).await;
                 }
                 if let Some(rec) = st.recording.as_mut() {
