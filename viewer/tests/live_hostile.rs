@@ -123,15 +123,22 @@ fn garbage_truncation_wrong_version_and_wrong_role_cost_only_their_connection() 
 
 /// A fake host that answers the hello with `bytes`, then closes.
 fn fake_host(bytes: Vec<u8>) -> String {
+    fake_host_then(bytes, true)
+}
+
+/// A fake host that answers the hello with `bytes`, then closes its side or stays silent.
+fn fake_host_then(bytes: Vec<u8>, close: bool) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
         if let Ok((mut s, _)) = l.accept() {
-            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s.set_read_timeout(Some(LIMIT)).unwrap();
             let mut hello = [0u8; 16];
             let _ = s.read(&mut hello);
             let _ = s.write_all(&bytes);
-            let _ = s.shutdown(std::net::Shutdown::Write);
+            if close {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
             let mut sink = Vec::new();
             let _ = s.read_to_end(&mut sink);
         }
@@ -196,6 +203,34 @@ fn garbage_and_truncated_frames_from_a_host_give_the_viewer_clear_errors() {
         stdout(&out).contains(&format!(
             "{addr}: at offset 43: expected dimensions 2 or 3, found 7"
         )),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// A host that attaches the viewer and then sends nothing at all: the viewer's own
+/// heartbeats do not keep it waiting; it gives up after the silence timeout.
+#[test]
+fn a_silent_host_is_given_up_on() {
+    let mut bytes = welcome_frame();
+    let world = ostm_protocol::World::new(
+        ostm_protocol::Setup {
+            dims: ostm_protocol::Dims::Two,
+            bodies: 1,
+            seed: 7,
+        },
+        None,
+    );
+    let snap = ToViewer::Snapshot {
+        kind: ostm_protocol::wire::SnapshotKind::Attach,
+        world,
+    };
+    bytes.extend_from_slice(&HostCodec::encode_frame(&snap).unwrap().0);
+    let addr = fake_host_then(bytes, false);
+    let out = viewer(&["check", &addr, "--steps", "1"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains("the host sent nothing for 10000 ms"),
         "{}",
         stdout(&out)
     );

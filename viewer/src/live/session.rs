@@ -255,14 +255,17 @@ async fn open(addr: &str, small_buffer: bool) -> std::io::Result<TcpStream> {
     Err(last)
 }
 
+/// How long the viewer waits for anything from the host.
+const SILENCE: Duration = Duration::from_millis(SILENCE_TIMEOUT_MS as u64);
+
 /// The next message, with the silence timeout; a closed connection or a bad frame is a failure.
 async fn next(conn: &mut Conn) -> Result<ToViewer, Stop> {
-    match timeout(
-        Duration::from_millis(SILENCE_TIMEOUT_MS as u64),
-        conn.next(),
-    )
-    .await
-    {
+    next_by(conn, tokio::time::Instant::now() + SILENCE).await
+}
+
+/// The next message, failing if none has come by `deadline`.
+async fn next_by(conn: &mut Conn, deadline: tokio::time::Instant) -> Result<ToViewer, Stop> {
+    match tokio::time::timeout_at(deadline, conn.next()).await {
         Err(_) => Err(Stop::Failed(format!(
             "the host sent nothing for {SILENCE_TIMEOUT_MS} ms"
         ))),
@@ -304,6 +307,8 @@ async fn verify_loop(
     let mut next_heartbeat = tokio::time::Instant::now() + heartbeat;
     let mut next_status = Instant::now() + STATUS_EVERY;
     let mut ops: Vec<Op> = Vec::new();
+    // Heartbeats we send do not count: only what the host sends keeps the session alive.
+    let mut silent_at = tokio::time::Instant::now() + SILENCE;
     loop {
         let msg = tokio::select! {
             biased;
@@ -315,11 +320,12 @@ async fn verify_loop(
                 }
                 continue;
             }
-            m = next(conn) => match m {
+            m = next_by(conn, silent_at) => match m {
                 Ok(m) => m,
                 Err(stop) => return stop,
             },
         };
+        silent_at = tokio::time::Instant::now() + SILENCE;
         match msg {
             ToViewer::Record(r) => {
                 if r.step != st.world.step {
