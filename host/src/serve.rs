@@ -100,6 +100,9 @@ pub struct Args {
     /// Test only: at step STEP, add 1 to body BODY's velocity.y with no record saying so.
     #[arg(long, hide = true, value_parser = parse_perturb)]
     pub perturb: Option<(u64, u8)>,
+    /// Benchmark only: write `step unix-nanoseconds` lines for every 64th step to FILE.
+    #[arg(long, hide = true)]
+    pub stamps: Option<PathBuf>,
 }
 
 /// Steps per second, or as fast as possible.
@@ -242,6 +245,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         steps: args.steps,
         perturb: args.perturb,
         record: args.record.clone(),
+        stamps: args.stamps.clone(),
     };
     let cancel = CancellationToken::new();
     let mut stepping = {

@@ -23,7 +23,13 @@ pub struct Plan {
     pub perturb: Option<(u64, u8)>,
     /// Record the host's own session here.
     pub record: Option<PathBuf>,
+    /// Benchmark only: append `step unix-nanoseconds` for every step whose resulting world
+    /// step is a multiple of [`STAMP_EVERY`], taken just before the step is published.
+    pub stamps: Option<PathBuf>,
 }
+
+/// Steps between two timestamps written for `--stamps`.
+pub const STAMP_EVERY: u64 = 64;
 
 /// Longest single sleep, so a stop request is seen quickly even at a slow rate.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
@@ -53,6 +59,16 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
                 }
             }
         }
+        None => None,
+    };
+    let mut stamps = match &plan.stamps {
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => Some(std::io::BufWriter::new(f)),
+            Err(e) => {
+                warn!(path = %p.display(), "cannot write stamps: {e}");
+                None
+            }
+        },
         None => None,
     };
     let started = Instant::now();
@@ -128,6 +144,13 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
                 )
             }
         };
+        if let Some(out) = stamps.as_mut().filter(|_| world.step % STAMP_EVERY == 0) {
+            use std::io::Write;
+            let ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let _ = writeln!(out, "{} {ns}", world.step);
+        }
         hub.publish(world, input.bytes.clone(), &frame);
         if let Some(r) = recorder.as_mut() {
             if let Err(e) = r.push(&input.bytes, hash) {
@@ -142,6 +165,10 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
     };
     // Tell the viewers first: finishing a long recording must not delay their end message.
     hub.end(result.clone());
+    if let Some(mut out) = stamps {
+        use std::io::Write;
+        let _ = out.flush();
+    }
     if let Some(r) = recorder {
         let path = r.path().to_path_buf();
         match r.finish() {
