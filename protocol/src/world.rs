@@ -227,8 +227,8 @@ impl World {
             match *op {
                 Op::Impulse { body, d } => {
                     if let Some(b) = self.live_body(body) {
-                        for a in 0..axes {
-                            b.vel[a] = b.vel[a].saturating_add(d[a]);
+                        for (v, dv) in b.vel[..axes].iter_mut().zip(d) {
+                            *v = v.saturating_add(dv);
                         }
                     }
                 }
