@@ -13,7 +13,7 @@ use crate::cursor::Cursor;
 use crate::error::FormatError;
 use crate::link::Link;
 use crate::op::{for_each_op, Op, OpKind, MAX_INPUT_LEN};
-use crate::world::{Setup, World, MAX_SNAPSHOT_BYTES, SETUP_BYTES};
+use crate::world::{Setup, World, BODY_BYTES, MAX_SNAPSHOT_BYTES, SETUP_BYTES, SNAPSHOT_HEADER_BYTES};
 use std::path::Path;
 
 /// The four magic bytes.
@@ -122,9 +122,9 @@ impl Replay {
 
     /// The flags word this replay is written with.
     pub fn flags(&self) -> u16 {
-        (self.hashes.is_some() as u16) * FLAG_HASHES
-            | (self.start.is_some() as u16) * FLAG_START_SNAPSHOT
-            | (self.link.is_some() as u16) * FLAG_LINK
+        ((self.hashes.is_some() as u16) * FLAG_HASHES)
+            | ((self.start.is_some() as u16) * FLAG_START_SNAPSHOT)
+            | ((self.link.is_some() as u16) * FLAG_LINK)
     }
 
     /// The step the replay starts at: the start snapshot's, else 0.
@@ -215,8 +215,14 @@ impl Replay {
         let start = if flags & FLAG_START_SNAPSHOT != 0 {
             let at = c.offset();
             let len = c.u32("start snapshot length")? as usize;
-            if len > MAX_SNAPSHOT_BYTES {
-                return Err(c.error_at(at, format!("expected start snapshot length at most {MAX_SNAPSHOT_BYTES}, found {len}")));
+            // Check the length's shape before trusting it to take bytes: a snapshot is a
+            // 12-byte header and 1..=64 bodies of 32 bytes.
+            let min = SNAPSHOT_HEADER_BYTES + BODY_BYTES;
+            if !(min..=MAX_SNAPSHOT_BYTES).contains(&len) || (len - SNAPSHOT_HEADER_BYTES) % BODY_BYTES != 0 {
+                return Err(c.error_at(
+                    at,
+                    format!("expected start snapshot length 12 + 32 x (1..=64) ({min}..={MAX_SNAPSHOT_BYTES}), found {len}"),
+                ));
             }
             let base = c.offset();
             let snap = c.take(len, "start snapshot")?;
@@ -301,19 +307,37 @@ pub enum Verdict {
     /// Every row matched (or there were none); the final world hash.
     Match { final_hash: u64, rows_checked: u64 },
     /// The first row that differs: its step number and both hashes.
-    Mismatch { step: u64, row: usize, expected: u64, actual: u64 },
+    Mismatch {
+        step: u64,
+        row: usize,
+        expected: u64,
+        actual: u64,
+    },
 }
 
+/// How often [`Replay::verify`] reports progress, in steps.
+pub const PROGRESS_EVERY: usize = 4096;
+
 impl Replay {
-    /// Runs every step, comparing each hash row by step number; `progress` is called
-    /// with the number of steps done every 4096 steps.
+    /// Runs every step, comparing each hash row by step number: row `i` against the world
+    /// hash at the start step + `i` (row 0 before any step runs). Stops at the first row
+    /// that differs. `progress` is called with the number of steps done every
+    /// [`PROGRESS_EVERY`] steps and once at the end.
+    ///
+    /// A replay read from a file holds exactly step count + 1 rows; rows missing from a
+    /// replay built in code are not checked, and `rows_checked` counts the rows compared.
     pub fn verify(&self, mut progress: impl FnMut(usize)) -> Verdict {
         let mut world = self.start_world();
-        let rows = self.hashes.as_deref();
+        let rows = self.hashes.as_deref().unwrap_or(&[]);
         let check = |row: usize, world: &World| -> Option<Verdict> {
-            let rows = rows?;
+            let expected = *rows.get(row)?;
             let actual = world.hash();
-            (rows[row] != actual).then_some(Verdict::Mismatch { step: world.step, row, expected: rows[row], actual })
+            (expected != actual).then_some(Verdict::Mismatch {
+                step: world.step,
+                row,
+                expected,
+                actual,
+            })
         };
         if let Some(v) = check(0, &world) {
             return v;
@@ -321,18 +345,20 @@ impl Replay {
         let mut ops = Vec::new();
         for i in 0..self.step_count() {
             ops.clear();
+            // Inputs are validated when read or pushed, so decoding cannot fail here.
             let _ = for_each_op("", self.inputs.get(i), 0, |op| ops.push(op));
             world.step(&ops);
             if let Some(v) = check(i + 1, &world) {
                 return v;
             }
-            if i % 4096 == 4095 {
+            if i % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
                 progress(i + 1);
             }
         }
+        progress(self.step_count());
         Verdict::Match {
             final_hash: world.hash(),
-            rows_checked: rows.map_or(0, |r| r.len() as u64),
+            rows_checked: rows.len().min(self.step_count() + 1) as u64,
         }
     }
 }

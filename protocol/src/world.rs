@@ -418,7 +418,9 @@ impl World {
                 return Err(c.error_at(at, format!("body {i}: a removed body must be all zeros")));
             }
             if setup.dims == Dims::Two && (pos[2] != 0 || vel[2] != 0) {
-                return Err(c.error_at(at + 16, format!("body {i}: a 2D body must have z = 0 and velocity z = 0")));
+                // Point at the offending word: position z (+16) or velocity z (+28).
+                let field = if pos[2] != 0 { 16 } else { 28 };
+                return Err(c.error_at(at + field, format!("body {i}: a 2D body must have z = 0 and velocity z = 0")));
             }
             bodies.push(body);
         }
