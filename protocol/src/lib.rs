@@ -24,6 +24,7 @@ pub mod ostm;
 pub mod recording;
 pub mod rng;
 pub mod scenario;
+pub mod seek;
 pub mod testdata;
 pub mod trace;
 pub mod wire;

@@ -184,52 +184,7 @@ impl Replay {
     /// Parses a replay from bytes; `input` names it in errors.
     pub fn from_bytes(input: &str, bytes: &[u8]) -> Result<Replay, FormatError> {
         let mut c = Cursor::new(input, bytes, 0);
-        let magic = c.take(4, "magic")?;
-        if magic != MAGIC {
-            return Err(c.error_at(0, format!("expected magic \"OSTM\", found {magic:02x?}")));
-        }
-        let at = c.offset();
-        let version = c.u16("version")?;
-        if version != VERSION {
-            return Err(c.error_at(at, format!("expected version 1, found {version}")));
-        }
-        let at = c.offset();
-        let flags = c.u16("flags")?;
-        if flags & !(FLAG_HASHES | FLAG_START_SNAPSHOT | FLAG_LINK) != 0 {
-            return Err(c.error_at(at, format!("expected flag bits 3..15 to be 0, found flags 0x{flags:04x}")));
-        }
-        let has_link = flags & FLAG_LINK != 0;
-        let at = c.offset();
-        let setup_len = c.u32("setup length")?;
-        let want = if has_link { SETUP_BYTES + Link::LEN } else { SETUP_BYTES } as u32;
-        if setup_len != want {
-            return Err(c.error_at(at, format!("expected setup length {want} (flags 0x{flags:04x}), found {setup_len}")));
-        }
-        let setup = Setup::read(&mut c)?;
-        let link = if has_link { Some(Link::read(&mut c, setup.bodies)?) } else { None };
-        let at = c.offset();
-        let count = c.u32("step count")?;
-        if count > MAX_STEPS {
-            return Err(c.error_at(at, format!("expected step count at most {MAX_STEPS}, found {count}")));
-        }
-        let start = if flags & FLAG_START_SNAPSHOT != 0 {
-            let at = c.offset();
-            let len = c.u32("start snapshot length")? as usize;
-            // Check the length's shape before trusting it to take bytes: a snapshot is a
-            // 12-byte header and 1..=64 bodies of 32 bytes.
-            let min = SNAPSHOT_HEADER_BYTES + BODY_BYTES;
-            if !(min..=MAX_SNAPSHOT_BYTES).contains(&len) || (len - SNAPSHOT_HEADER_BYTES) % BODY_BYTES != 0 {
-                return Err(c.error_at(
-                    at,
-                    format!("expected start snapshot length 12 + 32 x (1..=64) ({min}..={MAX_SNAPSHOT_BYTES}), found {len}"),
-                ));
-            }
-            let base = c.offset();
-            let snap = c.take(len, "start snapshot")?;
-            Some(World::from_snapshot(setup, link, input, snap, base)?)
-        } else {
-            None
-        };
+        let Header { flags, setup, link, steps: count, start } = Header::read(input, &mut c)?;
         let hashes = if flags & FLAG_HASHES != 0 {
             let rows = count as usize + 1;
             let raw = c.take(rows * 8, &format!("hash rows ({rows} x u64)"))?;
@@ -284,6 +239,74 @@ impl Replay {
     /// Writes the file.
     pub fn write_file(&self, path: &Path) -> std::io::Result<()> {
         std::fs::write(path, self.to_bytes())
+    }
+}
+
+/// Everything before the hash rows: flags, setup, link block, step count, start snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub flags: u16,
+    pub setup: Setup,
+    pub link: Option<Link>,
+    /// The step count (at most [`MAX_STEPS`]).
+    pub steps: u32,
+    pub start: Option<World>,
+}
+
+/// The longest header: magic, version, flags, setup length, setup, link, step count,
+/// snapshot length and the largest snapshot.
+pub const MAX_HEADER_BYTES: usize = 4 + 2 + 2 + 4 + SETUP_BYTES + Link::LEN + 4 + 4 + MAX_SNAPSHOT_BYTES;
+
+impl Header {
+    /// Reads and checks everything up to the hash rows; `c` is left at the hash rows.
+    pub fn read(input: &str, c: &mut Cursor<'_>) -> Result<Header, FormatError> {
+        let magic = c.take(4, "magic")?;
+        if magic != MAGIC {
+            return Err(c.error_at(0, format!("expected magic \"OSTM\", found {magic:02x?}")));
+        }
+        let at = c.offset();
+        let version = c.u16("version")?;
+        if version != VERSION {
+            return Err(c.error_at(at, format!("expected version 1, found {version}")));
+        }
+        let at = c.offset();
+        let flags = c.u16("flags")?;
+        if flags & !(FLAG_HASHES | FLAG_START_SNAPSHOT | FLAG_LINK) != 0 {
+            return Err(c.error_at(at, format!("expected flag bits 3..15 to be 0, found flags 0x{flags:04x}")));
+        }
+        let has_link = flags & FLAG_LINK != 0;
+        let at = c.offset();
+        let setup_len = c.u32("setup length")?;
+        let want = if has_link { SETUP_BYTES + Link::LEN } else { SETUP_BYTES } as u32;
+        if setup_len != want {
+            return Err(c.error_at(at, format!("expected setup length {want} (flags 0x{flags:04x}), found {setup_len}")));
+        }
+        let setup = Setup::read(c)?;
+        let link = if has_link { Some(Link::read(c, setup.bodies)?) } else { None };
+        let at = c.offset();
+        let count = c.u32("step count")?;
+        if count > MAX_STEPS {
+            return Err(c.error_at(at, format!("expected step count at most {MAX_STEPS}, found {count}")));
+        }
+        let start = if flags & FLAG_START_SNAPSHOT != 0 {
+            let at = c.offset();
+            let len = c.u32("start snapshot length")? as usize;
+            // Check the length's shape before trusting it to take bytes: a snapshot is a
+            // 12-byte header and 1..=64 bodies of 32 bytes.
+            let min = SNAPSHOT_HEADER_BYTES + BODY_BYTES;
+            if !(min..=MAX_SNAPSHOT_BYTES).contains(&len) || (len - SNAPSHOT_HEADER_BYTES) % BODY_BYTES != 0 {
+                return Err(c.error_at(
+                    at,
+                    format!("expected start snapshot length 12 + 32 x (1..=64) ({min}..={MAX_SNAPSHOT_BYTES}), found {len}"),
+                ));
+            }
+            let base = c.offset();
+            let snap = c.take(len, "start snapshot")?;
+            Some(World::from_snapshot(setup, link, input, snap, base)?)
+        } else {
+            None
+        };
+        Ok(Header { flags, setup, link, steps: count, start })
     }
 }
 

@@ -131,12 +131,32 @@ impl Spec {
     }
 }
 
-/// Every generated file as (name, bytes), in [`specs`] order.
+/// Every generated file as (name, bytes), in [`specs`] order, then the pose cache
+/// [`GHOST_FILE`].
 pub fn files() -> Vec<(String, Vec<u8>)> {
-    specs()
+    let mut out: Vec<(String, Vec<u8>)> = specs()
         .iter()
         .map(|s| (s.name.to_string(), s.generate().to_bytes()))
-        .collect()
+        .collect();
+    out.push((GHOST_FILE.to_string(), ghost().to_bytes()));
+    out
+}
+
+/// The pose cache of `test-2d-600.ostm`: see [`ghost`].
+pub const GHOST_FILE: &str = "test-2d-ghost.ospc";
+
+/// `test-2d-ghost.ospc`: the 2D replay's bodies for 40 frames from step 200, drawn 400 mm
+/// to the right (`ostm-viewer ghost testdata/test-2d-600.ostm --from 200 --frames 40
+/// --offset 400,0`; docs/pose-cache.md).
+pub fn ghost() -> crate::ospc::PoseCache {
+    let replay = specs()
+        .iter()
+        .find(|s| s.name == "test-2d-600.ostm")
+        .map(Spec::generate)
+        .unwrap_or_else(|| Replay::new(setup(Dims::Two, 1, 0), None));
+    // 200 + 39 <= 600 and 2D positions plus 400 stay far inside i32: this cannot fail.
+    crate::ospc::PoseCache::from_replay(&replay, 200, 40, [400, 0, 0])
+        .unwrap_or_else(|_| crate::ospc::PoseCache::new(Dims::Two, 200, 1))
 }
 
 /// The golden file's name inside `testdata/`.

@@ -4,6 +4,7 @@
 
 mod cmd;
 mod exit;
+mod render;
 
 use clap::{Parser, Subcommand};
 use exit::Exit;
@@ -19,7 +20,9 @@ use std::process::ExitCode;
   ostm-viewer inspect testdata/test-10000.ostm
   ostm-viewer verify testdata/test-10000.ostm --json
   ostm-viewer attach 127.0.0.1:7878 --record session.ostm
-  ostm-viewer check 127.0.0.1:7878 --steps 600")]
+  ostm-viewer check 127.0.0.1:7878 --steps 600
+  ostm-viewer render testdata/test-field-2d.ostm --step 300 -o frame.png
+  ostm-viewer follow testdata/test-link-left.ostm testdata/test-link-right.ostm --body 3")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -31,6 +34,28 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Run a replay and compare every hash row by step number.
     Verify(cmd::verify::Args),
+    /// Print a world's density (per grid vertex) and occupancy (per triangle) at a step.
+    Fields(cmd::fields::Args),
+    /// Draw a world at a step as SVG or PNG: box, bodies, a field overlay, ghosts.
+    Render(cmd::render::Args),
+    /// Follow a body across a linked pair of replays; exit 1 if they do not continue each other.
+    Follow(cmd::follow::Args),
+    /// Write a pose cache (.ospc) of a replay's bodies moved by an offset.
+    Ghost(cmd::ghost::Args),
+    /// Compare a replay with a pose cache frame by frame; exit 1 beyond the tolerance.
+    Compare(cmd::compare::Args),
+    /// Print one line per step of a replay: hash, gravity and every body's fields.
+    Trace(cmd::trace::Args),
+    /// Find where two traces or replays first differ (exit 0 same, 1 different, 2 bad input).
+    FirstDifference(cmd::first_difference::Args),
+    /// Reproduce the failure a bundle holds and print the first difference.
+    Replay(cmd::replay::Args),
+    /// Export the world at a step as a molen/keyframe@1 JSON keyframe.
+    Keyframe(cmd::keyframe::Args),
+    /// Write a seek index: keyframes every K steps beside a replay.
+    Index(cmd::index::Args),
+    /// Reach a step from the nearest indexed keyframe.
+    Seek(cmd::seek::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +64,17 @@ fn main() -> ExitCode {
     let exit: Exit = match cli.command {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Verify(a) => cmd::verify::run(a),
+        Command::Fields(a) => cmd::fields::run(a),
+        Command::Render(a) => cmd::render::run(a),
+        Command::Follow(a) => cmd::follow::run(a),
+        Command::Ghost(a) => cmd::ghost::run(a),
+        Command::Compare(a) => cmd::compare::run(a),
+        Command::Trace(a) => cmd::trace::run(a),
+        Command::FirstDifference(a) => cmd::first_difference::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Keyframe(a) => cmd::keyframe::run(a),
+        Command::Index(a) => cmd::index::run(a),
+        Command::Seek(a) => cmd::seek::run(a),
     };
     exit.into()
 }

@@ -1,6 +1,17 @@
 //! One module per subcommand.
 
+pub mod compare;
+pub mod fields;
+pub mod first_difference;
+pub mod follow;
+pub mod ghost;
+pub mod index;
 pub mod inspect;
+pub mod keyframe;
+pub mod render;
+pub mod replay;
+pub mod seek;
+pub mod trace;
 pub mod verify;
 
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `warn`).

@@ -5,7 +5,7 @@ use crate::cmd::inspect::{hex, malformed, read};
 use crate::exit::{fail, Exit};
 use ostm_protocol::{Replay, Verdict};
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Files with at least this many steps show a progress bar (when stderr is a terminal).
 pub const PROGRESS_MIN_STEPS: usize = 65_536;
@@ -19,7 +19,12 @@ hashes), 2 the file is malformed or unreadable.
 
 Examples:
   ostm-viewer verify testdata/test-10000.ostm
-  ostm-viewer verify testdata/test-2d-600.ostm --json | jq .result"
+  ostm-viewer verify testdata/test-2d-600.ostm --json | jq .result
+  ostm-viewer verify run.ostm --bundle failure.ostmb && ostm-viewer replay failure.ostmb
+  ostm-viewer verify run.ostm --from-keyframe k5000.json
+
+On a mismatch a failure bundle is written (default FILE.ostmb; docs/bundle-format.md);
+`ostm-viewer replay BUNDLE` reproduces it."
 )]
 pub struct Args {
     /// The replay file (.ostm).
@@ -27,6 +32,16 @@ pub struct Args {
     /// Print one JSON object on stdout instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Where to write the failure bundle on a mismatch (default: FILE.ostmb).
+    #[arg(long, conflicts_with = "no_bundle")]
+    pub bundle: Option<PathBuf>,
+    /// Write no failure bundle on a mismatch.
+    #[arg(long)]
+    pub no_bundle: bool,
+    /// Start from this keyframe (molen/keyframe@1, docs/keyframe.md) instead of the
+    /// replay's start, and compare the rows from its tick on.
+    #[arg(long)]
+    pub from_keyframe: Option<PathBuf>,
 }
 
 /// The first hash row that differs.
@@ -61,9 +76,23 @@ pub fn run(args: Args) -> Exit {
         Ok(r) => r,
         Err(e) => return malformed(&args.file, args.json, &e),
     };
-    let bar = progress_bar(replay.step_count());
-    let verdict = replay.verify(|done| bar.set_position(done as u64));
-    bar.finish_and_clear();
+    let verdict = match &args.from_keyframe {
+        Some(k) => match ostm_protocol::keyframe::read_file(k)
+            .map_err(|e| e.to_string())
+            .and_then(|k| {
+                ostm_protocol::keyframe::verify_from(&replay, k.world)
+                    .map_err(|e| format!("{}: {e}", k_name(&args)))
+            }) {
+            Ok(v) => v,
+            Err(e) => return fail(e),
+        },
+        None => {
+            let bar = progress_bar(replay.step_count());
+            let v = replay.verify(|done| bar.set_position(done as u64));
+            bar.finish_and_clear();
+            v
+        }
+    };
     match verdict {
         Verdict::Match {
             final_hash,
@@ -75,8 +104,7 @@ pub fn run(args: Args) -> Exit {
             expected,
             actual,
         } => mismatched(
-            &args.file,
-            args.json,
+            &args,
             &replay,
             Mismatch {
                 step,
@@ -125,8 +153,10 @@ fn matched(args: &Args, replay: &Replay, final_hash: u64, rows_checked: u64) -> 
 /// This is the one place a mismatch is handled: anything more to do on a mismatch (such
 /// as writing a failure bundle) hooks in here. The world just before the failing row's
 /// step can be rebuilt by running `replay` from its start world for `row - 1` steps.
-pub fn mismatched(file: &Path, json: bool, replay: &Replay, m: Mismatch) -> Exit {
+pub fn mismatched(args: &Args, replay: &Replay, m: Mismatch) -> Exit {
+    let (file, json) = (args.file.as_path(), args.json);
     tracing::info!(step = m.step, row = m.row, "hash row differs");
+    let bundle = (!args.no_bundle).then(|| write_bundle(args, replay, m));
     if json {
         let doc = serde_json::json!({
             "file": file.display().to_string(),
@@ -141,6 +171,7 @@ pub fn mismatched(file: &Path, json: bool, replay: &Replay, m: Mismatch) -> Exit
                 "expected": hex(m.expected),
                 "actual": hex(m.actual),
             },
+            "bundle": bundle.as_ref().map(|b| b.as_ref().map(|p| p.display().to_string()).map_err(|e| e.to_string())),
         });
         return print_json(&doc, Exit::Different);
     }
@@ -159,7 +190,68 @@ pub fn mismatched(file: &Path, json: bool, replay: &Replay, m: Mismatch) -> Exit
             m.step.wrapping_sub(1)
         );
     }
+    match bundle {
+        Some(Ok(p)) => println!(
+            "bundle written: {} (reproduce: ostm-viewer replay {})",
+            p.display(),
+            p.display()
+        ),
+        Some(Err(e)) => eprintln!("error: no bundle written: {e}"),
+        None => {}
+    }
     Exit::Different
+}
+
+fn k_name(args: &Args) -> String {
+    args.from_keyframe
+        .as_ref()
+        .map(|k| k.display().to_string())
+        .unwrap_or_default()
+}
+
+/// Writes the failure bundle for a mismatch: the writer's world is this run's at the row.
+fn write_bundle(args: &Args, replay: &Replay, m: Mismatch) -> Result<PathBuf, String> {
+    let path = args.bundle.clone().unwrap_or_else(|| {
+        let mut s = args.file.as_os_str().to_owned();
+        s.push(".ostmb");
+        PathBuf::from(s)
+    });
+    let mut world = match &args.from_keyframe {
+        Some(k) => {
+            ostm_protocol::keyframe::read_file(k)
+                .map_err(|e| e.to_string())?
+                .world
+        }
+        None => replay.start_world(),
+    };
+    let first = (world.step - replay.start_step()) as usize;
+    for i in first..m.row {
+        world.step(&replay.inputs.ops(i));
+    }
+    let description = format!(
+        "ostm-viewer {} verify {}{}: hash row {} (step {}) differs",
+        env!("CARGO_PKG_VERSION"),
+        args.file.display(),
+        args.from_keyframe
+            .as_ref()
+            .map(|k| format!(" --from-keyframe {}", k.display()))
+            .unwrap_or_default(),
+        m.row,
+        m.step
+    );
+    let bundle = ostm_protocol::bundle::Bundle::from_mismatch(
+        replay,
+        m.row,
+        m.actual,
+        Some(world),
+        None,
+        &description,
+    )
+    .ok_or("the replay has no such hash row")?;
+    bundle
+        .write_file(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
 }
 
 fn print_json(doc: &serde_json::Value, exit: Exit) -> Exit {

@@ -1,0 +1,181 @@
+//! `ostm-viewer fields`: both fields of a replay's world at one step.
+
+use crate::exit::{fail, Exit};
+use crate::render::world_at;
+use ostm_protocol::fields::{self, density_decimal, Fields, CELL_MM, DENSITY_ONE, GRID, VERTICES};
+use ostm_protocol::{Dims, Replay, World};
+use serde_json::json;
+
+/// Arguments of `fields`.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Density is per grid vertex (9 x 9), in bodies (--json: exact integers in units of \
+1/1 562 500 body); occupancy is per triangle (8 x 8 cells, lower/upper triangle). \
+The floor plane is x-y in 2D (seen from the side) and x-z in 3D (seen from above); \
+see docs/test-module.md, \"Fields: density and occupancy\".
+
+Examples:
+  ostm-viewer fields testdata/test-field-2d.ostm --step 120
+  ostm-viewer fields testdata/test-field-3d.ostm --step 0 --json | jq '.density.values[4][4]'"
+)]
+pub struct Args {
+    /// The replay file.
+    pub file: std::path::PathBuf,
+    /// The step whose world is measured (the state after that many steps from step 0;
+    /// a replay with a start snapshot holds steps from its start step on).
+    #[arg(long)]
+    pub step: u64,
+    /// Print JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `fields`.
+pub fn run(args: Args) -> Exit {
+    let replay = match Replay::read_file(&args.file) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let world = match world_at(&replay, args.step) {
+        Ok(w) => w,
+        Err(e) => return fail(format!("{}: {e}", args.file.display())),
+    };
+    let f = fields::compute(&world);
+    let name = args.file.display().to_string();
+    if args.json {
+        println!("{}", to_json(&name, &world, &f));
+    } else {
+        print!("{}", to_text(&name, &world, &f));
+    }
+    Exit::Ok
+}
+
+/// The JSON report: density rows by j (0..=8) of values by i; occupancy rows by j
+/// (0..=7) of cells by i, each `[triangle 0, triangle 1]`.
+pub fn to_json(name: &str, world: &World, f: &Fields) -> serde_json::Value {
+    let link = world.link().map(|l| {
+        json!({
+            "role": l.role as u8,
+            "role_name": l.role.name(),
+            "body": l.body,
+            "transfer_step": l.transfer_step,
+            "declaration": l.declaration(),
+            "key": l.own_key(),
+        })
+    });
+    json!({
+        "file": name,
+        "step": world.step,
+        "dims": world.dims() as u8,
+        "plane": fields::floor_axis_names(world.dims()),
+        "declared": world.link().is_some(),
+        "link": link,
+        "live_bodies": world.alive_count(),
+        "density": {
+            "per_body": DENSITY_ONE,
+            "cell_mm": CELL_MM,
+            "values": f.density,
+        },
+        "occupancy": {
+            "values": f.occupancy,
+        },
+    })
+}
+
+/// The text report: both fields laid out as the picture shows them (2D with j = 8 at
+/// the top, 3D with j = 0 at the top).
+pub fn to_text(name: &str, world: &World, f: &Fields) -> String {
+    use std::fmt::Write;
+    let dims = world.dims();
+    let [u, v] = fields::floor_axis_names(dims);
+    let mut s = String::new();
+    let view = match dims {
+        Dims::Two => "2D, seen from the side",
+        Dims::Three => "3D, seen from above",
+    };
+    let _ = writeln!(
+        s,
+        "{name} at step {}: {view}, floor plane {u}-{v}, {} live bodies",
+        world.step,
+        world.alive_count()
+    );
+    match world.link() {
+        Some(l) => {
+            let _ = writeln!(
+                s,
+                "fields declared by the link block (role {}, {})",
+                l.role as u8,
+                l.role.name()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "no link block: this world declares no fields (computed anyway)"
+            );
+        }
+    }
+    let rows = |n: usize| -> Vec<usize> {
+        match dims {
+            Dims::Two => (0..n).rev().collect(),
+            Dims::Three => (0..n).collect(),
+        }
+    };
+    let _ = writeln!(
+        s,
+        "\ndensity, bodies per vertex (rounded; --json is exact); vertex (i, j) at {u} = 1250 i, {v} = 1250 j mm"
+    );
+    let _ = write!(s, "  j\\i");
+    for i in 0..VERTICES {
+        let _ = write!(s, "{i:>7}");
+    }
+    s.push('\n');
+    for j in rows(VERTICES) {
+        let _ = write!(s, "{j:>5}");
+        for i in 0..VERTICES {
+            let d = f.density[j][i];
+            let cell = if d == 0 { ".".to_string() } else { rounded(d) };
+            let _ = write!(s, "{cell:>7}");
+        }
+        s.push('\n');
+    }
+    let _ = writeln!(
+        s,
+        "  total {} bodies, largest {}",
+        density_decimal(f.total_density().min(u32::MAX as u64) as u32),
+        density_decimal(f.max_density())
+    );
+    let _ = writeln!(
+        s,
+        "\noccupancy, bodies per triangle as lower/upper (lower: {v} offset < {u} offset in the cell)"
+    );
+    let _ = write!(s, "  j\\i");
+    for i in 0..GRID {
+        let _ = write!(s, "{i:>7}");
+    }
+    s.push('\n');
+    for j in rows(GRID) {
+        let _ = write!(s, "{j:>5}");
+        for i in 0..GRID {
+            let [a, b] = f.occupancy[j][i];
+            let cell = if a == 0 && b == 0 {
+                ".".to_string()
+            } else {
+                format!("{a}/{b}")
+            };
+            let _ = write!(s, "{cell:>7}");
+        }
+        s.push('\n');
+    }
+    let _ = writeln!(s, "  total {} bodies", f.total_occupancy());
+    s
+}
+
+/// A density value in bodies rounded to three decimals.
+fn rounded(d: u32) -> String {
+    let thousandths = (d as u64 * 1000 + DENSITY_ONE as u64 / 2) / DENSITY_ONE as u64;
+    if thousandths == 0 {
+        return "~0".to_string();
+    }
+    format!("{}.{:03}", thousandths / 1000, thousandths % 1000)
+}

@@ -1,0 +1,60 @@
+//! `ostm-viewer keyframe`: the world at a step as a `molen/keyframe@1` JSON file.
+
+use crate::exit::{fail, Exit};
+use ostm_protocol::keyframe::{to_json_pretty, DEFAULT_TICK_RATE};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Arguments of `keyframe`.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  ostm-viewer keyframe testdata/test-10000.ostm --step 5000 -o k5000.json
+  ostm-viewer keyframe run.ostm --step 0 -o start.json --tick-rate 30
+  ostm-viewer verify run.ostm --from-keyframe k5000.json
+
+The keyframe validates against the molen/keyframe@1 schema; docs/keyframe.md lists every
+field. Import (`--from-keyframe`) reads each body's exact `body` component.")]
+pub struct Args {
+    /// The replay file.
+    pub file: PathBuf,
+    /// The step whose world is exported (the world after that many steps from step 0).
+    #[arg(long)]
+    pub step: u64,
+    /// Where to write the keyframe (whole, through FILE.part).
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
+    /// The tickRate written (steps per second, 1..=240).
+    #[arg(long, default_value_t = DEFAULT_TICK_RATE)]
+    pub tick_rate: u32,
+}
+
+/// Runs `keyframe`.
+pub fn run(args: Args) -> Exit {
+    let world = match ostm_protocol::seek::run_to(&args.file, args.step) {
+        Ok(w) => w,
+        Err(e) => return fail(e),
+    };
+    let text = match to_json_pretty(&world, args.tick_rate) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    match write_whole(&args.output, text.as_bytes()) {
+        Ok(()) => {
+            tracing::info!(step = args.step, path = %args.output.display(), "keyframe written");
+            Exit::Ok
+        }
+        Err(e) => fail(format!("cannot write {}: {e}", args.output.display())),
+    }
+}
+
+/// Writes a file through `PATH.part`, synced, then renamed.
+pub fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".part");
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,130 @@
+//! `ostm-viewer render`: one frame of a replay as an SVG or PNG picture.
+
+use crate::exit::{fail, Exit};
+use crate::render::svg::{self, Ghost, Overlay};
+use crate::render::{file_name, png, world_at};
+use ostm_protocol::ospc::PoseCache;
+use ostm_protocol::Replay;
+use std::path::PathBuf;
+
+/// Arguments of `render`.
+#[derive(clap::Args)]
+#[command(
+    after_help = "The picture shows the box from the side in 2D (x right, y up) and from above in 3D \
+(x right, z down the page, higher bodies drawn larger), a field over the 8 x 8 floor grid as a \
+colour map with its legend, every live body with its index, and with --ghost the pose cache's \
+bodies at the same step (dashed, joined to their live body). The output's extension picks the \
+format: .svg or .png.
+
+Examples:
+  ostm-viewer render testdata/test-field-2d.ostm --step 120 -o frame.svg
+  ostm-viewer render testdata/test-field-3d.ostm --step 60 --overlay occupancy -o frame.png
+  ostm-viewer render testdata/test-2d-600.ostm --step 210 --ghost testdata/test-2d-ghost.ospc -o ghost.png"
+)]
+pub struct Args {
+    /// The replay file.
+    pub file: PathBuf,
+    /// The step to draw (the world after that many steps from step 0).
+    #[arg(long)]
+    pub step: u64,
+    /// The output picture: FILE.svg or FILE.png.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// The field coloured over the floor grid.
+    #[arg(long, value_enum, default_value_t = Overlay::Density)]
+    pub overlay: Overlay,
+    /// A pose cache (.ospc) whose bodies at this step are drawn beside the live ones.
+    #[arg(long)]
+    pub ghost: Option<PathBuf>,
+    /// PNG only: pixels per SVG unit (the SVG is 1040 x 940).
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f32,
+}
+
+/// Runs `render`.
+pub fn run(args: Args) -> Exit {
+    let ext = args
+        .output
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    if ext != "svg" && ext != "png" {
+        return fail(format!(
+            "{}: expected an output ending in .svg or .png",
+            args.output.display()
+        ));
+    }
+    if !(args.scale.is_finite() && args.scale > 0.0 && args.scale <= 8.0) {
+        return fail(format!("expected --scale in (0, 8], found {}", args.scale));
+    }
+    let replay = match Replay::read_file(&args.file) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let world = match world_at(&replay, args.step) {
+        Ok(w) => w,
+        Err(e) => return fail(format!("{}: {e}", args.file.display())),
+    };
+    let cache = match &args.ghost {
+        Some(p) => match PoseCache::read_file(p) {
+            Ok(c) if c.dims() != replay.setup.dims => {
+                return fail(format!(
+                    "{}: a {}D pose cache cannot be drawn over a {}D world",
+                    p.display(),
+                    c.dims() as u8,
+                    replay.setup.dims as u8
+                ))
+            }
+            Ok(c) => Some((file_name(p), c)),
+            Err(e) => return fail(e),
+        },
+        None => None,
+    };
+    let ghost = match &cache {
+        None => Ghost::None,
+        Some((name, c)) => match c.frame_at_step(args.step) {
+            Some(poses) => Ghost::Poses {
+                name: name.clone(),
+                poses,
+            },
+            None => {
+                let last = c.start_step() + c.frame_count() as u64 - 1;
+                tracing::warn!(
+                    "{name} holds steps {}..={last}, not step {}",
+                    c.start_step(),
+                    args.step
+                );
+                eprintln!(
+                    "note: {name} has no frame for step {} (it holds steps {}..={last})",
+                    args.step,
+                    c.start_step()
+                );
+                Ghost::NoFrame {
+                    name: name.clone(),
+                    first: c.start_step(),
+                    last,
+                }
+            }
+        },
+    };
+    let frame = svg::Frame {
+        name: file_name(&args.file),
+        world: &world,
+        overlay: args.overlay,
+        ghost,
+    };
+    let picture = svg::render(&frame);
+    let bytes = if ext == "png" {
+        match png::to_png(&picture, args.scale) {
+            Ok(b) => b,
+            Err(e) => return fail(e),
+        }
+    } else {
+        picture.into_bytes()
+    };
+    if let Err(e) = std::fs::write(&args.output, bytes) {
+        return fail(format!("{}: cannot write: {e}", args.output.display()));
+    }
+    eprintln!("wrote {}", args.output.display());
+    Exit::Ok
+}

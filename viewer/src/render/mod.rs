@@ -1,0 +1,95 @@
+//! Pictures of a world at one step (SVG, and PNG through resvg), plus the small helpers
+//! the field, ghost and link commands share: running a replay to a step and reading an
+//! offset argument.
+
+pub mod png;
+pub mod svg;
+
+use ostm_protocol::{Dims, Replay, World};
+use std::io::IsTerminal;
+
+/// The world of `replay` at step `step` (the state hash row `step - start` describes).
+/// Fails with a sentence when the replay does not hold that step.
+pub fn world_at(replay: &Replay, step: u64) -> Result<World, String> {
+    let first = replay.start_step();
+    let last = first + replay.step_count() as u64;
+    if step < first || step > last {
+        return Err(format!(
+            "step {step} is outside the replay, which holds steps {first}..={last}"
+        ));
+    }
+    let mut world = replay.start_world();
+    let n = (step - first) as usize;
+    let bar = progress_bar(n as u64, "running to the step");
+    for i in 0..n {
+        world.step(&replay.inputs.ops(i));
+        if i % 4096 == 4095 {
+            bar.set_position(i as u64 + 1);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(world)
+}
+
+/// A progress bar on stderr for work of `len` units, shown only when stderr is a terminal
+/// and the work is long enough to notice.
+pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    if len < 100_000 || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} steps")
+    {
+        bar.set_style(style);
+    }
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Parses an offset `X,Y` or `X,Y,Z` (millimetres); a 2D world allows no Z but 0.
+pub fn parse_offset(text: &str, dims: Dims) -> Result<[i32; 3], String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    if parts.len() < 2 || parts.len() > 3 {
+        return Err(format!(
+            "expected an offset X,Y or X,Y,Z in millimetres, found {text:?}"
+        ));
+    }
+    let mut out = [0i32; 3];
+    for (o, p) in out.iter_mut().zip(&parts) {
+        *o = p.parse().map_err(|_| {
+            format!("expected an offset X,Y or X,Y,Z of 32-bit integers, found {text:?}")
+        })?;
+    }
+    if dims == Dims::Two && out[2] != 0 {
+        return Err(format!(
+            "a 2D world takes an offset X,Y (or X,Y,0), found {text:?}"
+        ));
+    }
+    Ok(out)
+}
+
+/// The file name part of a path, for titles.
+pub fn file_name(path: &std::path::Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_parse_in_two_and_three_dimensions() {
+        assert_eq!(parse_offset("400,0", Dims::Two), Ok([400, 0, 0]));
+        assert_eq!(parse_offset("400, -3,0", Dims::Two), Ok([400, -3, 0]));
+        assert_eq!(parse_offset("1,2,3", Dims::Three), Ok([1, 2, 3]));
+        assert_eq!(parse_offset("1,2", Dims::Three), Ok([1, 2, 0]));
+        assert!(parse_offset("1,2,3", Dims::Two).is_err());
+        assert!(parse_offset("1", Dims::Two).is_err());
+        assert!(parse_offset("1,2,3,4", Dims::Three).is_err());
+        assert!(parse_offset("1,x", Dims::Two).is_err());
+        assert!(parse_offset("3000000000,0", Dims::Two).is_err());
+    }
+}

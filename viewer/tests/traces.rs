@@ -1,0 +1,464 @@
+//! Traces, first difference, failure bundles, keyframes and the seek index, run as the real
+//! `ostm-viewer` binary on replays built here.
+
+use ostm_protocol::op::Op;
+use ostm_protocol::world::{Dims, Setup, World};
+use ostm_protocol::Replay;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ostm-viewer"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run ostm-viewer");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// 3D, 5 bodies, seed 11, 400 steps with an impulse every 40 steps and a spawn at step 77.
+fn replay() -> Replay {
+    let mut r = Replay::new(
+        Setup {
+            dims: Dims::Three,
+            bodies: 5,
+            seed: 11,
+        },
+        None,
+    );
+    for i in 0..400u32 {
+        let ops = match i {
+            77 => vec![Op::Spawn {
+                pos: [1000, 9000, 500],
+            }],
+            _ if i % 40 == 0 => vec![Op::Impulse {
+                body: (i / 40 % 5) as u8,
+                d: [50, 80, -20],
+            }],
+            _ => vec![],
+        };
+        r.inputs.push_ops(&ops);
+    }
+    r.compute_hashes();
+    r
+}
+
+fn worlds(r: &Replay) -> Vec<World> {
+    let mut out = vec![r.start_world()];
+    for i in 0..r.step_count() {
+        let mut w = out[i].clone();
+        w.step(&r.inputs.ops(i));
+        out.push(w);
+    }
+    out
+}
+
+fn write(dir: &Path, name: &str, r: &Replay) -> PathBuf {
+    let p = dir.join(name);
+    r.write_file(&p).expect("write replay");
+    p
+}
+
+// ---------------------------------------------------------------------------------------
+// trace and first-difference
+
+#[test]
+fn a_planted_one_unit_difference_is_reported_at_its_step_body_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = replay();
+    let path = write(dir.path(), "r.ostm", &r);
+    let a = dir.path().join("a.trace");
+    let (code, _, err) = run(&["trace", s(&path), "-o", s(&a)]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&a).unwrap();
+    assert_eq!(text.lines().count(), 2 + 401 + 1);
+
+    // Plant: step 123, body 2, velocity.y one larger. Rows are `s=.. h=.. g=.. n=..`
+    // followed by ` | ` and eight fields per body; velocity.y is the seventh.
+    let w = &worlds(&r)[123];
+    let vy = w.bodies[2].vel[1];
+    let planted: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("s=123 ") {
+                let mut parts: Vec<String> = l.split(" | ").map(str::to_string).collect();
+                let mut f: Vec<String> = parts[3].split(' ').map(str::to_string).collect();
+                assert_eq!(f[6], vy.to_string());
+                f[6] = (vy + 1).to_string();
+                parts[3] = f.join(" ");
+                parts.join(" | ") + "\n"
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    assert_ne!(planted, text);
+    let b = dir.path().join("b.trace");
+    std::fs::write(&b, &planted).unwrap();
+
+    let (code, out, _) = run(&["first-difference", s(&a), s(&b)]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(
+        out.trim(),
+        format!(
+            "first difference at step 123 (row 123): body 2 velocity.y: A {vy}, B {}",
+            vy + 1
+        )
+    );
+    let (code, out, _) = run(&["first-difference", s(&path), s(&b), "--json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["step"].as_u64(), v["body"].as_u64(), v["field"].as_str()),
+        (Some(123), Some(2), Some("velocity.y"))
+    );
+
+    // Unplanted: identical, whether each side is a trace or a replay.
+    for (x, y) in [(&a, &a), (&path, &a), (&a, &path), (&path, &path)] {
+        let (code, out, err) = run(&["first-difference", s(x), s(y)]);
+        assert_eq!((code, out.trim()), (0, "identical (401 rows)"), "{err}");
+    }
+}
+
+#[test]
+fn two_replays_that_part_are_compared_on_the_fly() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = replay();
+    let mut other = Replay::new(r.setup, None);
+    for i in 0..r.step_count() {
+        let mut ops = r.inputs.ops(i);
+        if i == 200 {
+            ops.push(Op::Gravity { g: 4 });
+        }
+        other.inputs.push_ops(&ops);
+    }
+    let a = write(dir.path(), "a.ostm", &r);
+    let b = write(dir.path(), "b.ostm", &other);
+    let (code, out, _) = run(&["first-difference", s(&a), s(&b)]);
+    assert_eq!(code, 1);
+    // Gravity is set in the input stage of step 200, so the world after it (step 201)
+    // differs first in gravity: 3 against 4.
+    assert_eq!(
+        out.trim(),
+        "first difference at step 201 (row 201): gravity: A 3, B 4"
+    );
+}
+
+#[test]
+fn cut_short_and_malformed_traces_exit_2_naming_input_line_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "r.ostm", &replay());
+    let a = dir.path().join("a.trace");
+    assert_eq!(run(&["trace", s(&path), "-o", s(&a)]).0, 0);
+    let text = std::fs::read_to_string(&a).unwrap();
+    let line_start = |n: usize| {
+        text.split_inclusive('\n')
+            .take(n - 1)
+            .map(str::len)
+            .sum::<usize>()
+    };
+
+    let cases: Vec<(&str, String, usize)> = vec![
+        // Cut in the middle of line 100.
+        ("cut.trace", text[..line_start(100) + 10].to_string(), 100),
+        // Cut at a line boundary: the end line is missing.
+        ("noend.trace", text[..line_start(404)].to_string(), 404),
+        // A field that is not a number on line 50.
+        (
+            "bad.trace",
+            text.split_inclusive('\n')
+                .enumerate()
+                .map(|(i, l)| {
+                    if i == 49 {
+                        l.replacen(" g=3 ", " g=x ", 1)
+                    } else {
+                        l.to_string()
+                    }
+                })
+                .collect(),
+            50,
+        ),
+    ];
+    for (name, body, line) in cases {
+        let p = dir.path().join(name);
+        std::fs::write(&p, &body).unwrap();
+        for args in [
+            ["first-difference", s(&a), s(&p)],
+            ["first-difference", s(&p), s(&a)],
+        ] {
+            let (code, out, err) = run(&args);
+            assert_eq!(code, 2, "{name}: {out}{err}");
+            let want = format!(
+                "{}: at offset {}: line {line}:",
+                p.display(),
+                line_start(line)
+            );
+            assert!(err.contains(&want), "{name}: wanted {want:?} in {err:?}");
+        }
+    }
+    // Not a trace or a replay at all.
+    let p = dir.path().join("junk");
+    std::fs::write(&p, "hello\n").unwrap();
+    let (code, _, err) = run(&["first-difference", s(&a), s(&p)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("expected a replay"), "{err}");
+}
+
+#[test]
+fn trace_from_to_writes_only_those_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = replay();
+    let path = write(dir.path(), "r.ostm", &r);
+    let (code, out, _) = run(&["trace", s(&path), "--from", "10", "--to", "12"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2 + 3 + 1);
+    assert_eq!(lines[0], "ostm-trace 1");
+    assert_eq!(lines[1], "setup dims=3 bodies=5 seed=11 link=none");
+    let w = &worlds(&r)[10];
+    assert!(
+        lines[2].starts_with(&format!("s=10 h={:016x} g=3 n=5 | ", w.hash())),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(lines[5], "end rows=3");
+}
+
+// ---------------------------------------------------------------------------------------
+// bundles
+
+#[test]
+fn a_verify_mismatch_bundle_replays_to_the_same_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = replay();
+    r.hashes.as_mut().unwrap()[250] ^= 0x10;
+    let path = write(dir.path(), "planted.ostm", &r);
+    let bundle = dir.path().join("failure.ostmb");
+    let (code, out, err) = run(&["verify", s(&path), "--json", "--bundle", s(&bundle)]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let m = &v["mismatch"];
+    assert_eq!(m["step"], 250);
+
+    let (code, out, _) = run(&["replay", s(&bundle), "--json"]);
+    assert_eq!(code, 1, "the failure reproduces: {out}");
+    let b: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let got = &b["mismatch"];
+    assert_eq!(
+        (
+            &got["step"],
+            &got["row"],
+            &got["expected"],
+            &got["computed"]
+        ),
+        (&m["step"], &m["row"], &m["expected"], &m["actual"])
+    );
+    assert_eq!(b["recorded"], b["mismatch"]);
+    // The bundle keeps the steps up to just past the failure, not the whole file.
+    assert_eq!(b["rows"], 250 + 8 + 1);
+
+    // Without --bundle it lands beside the file; --no-bundle writes none.
+    let (code, out, _) = run(&["verify", s(&path)]);
+    assert_eq!(code, 1);
+    assert!(out.contains("bundle written: "), "{out}");
+    assert!(dir.path().join("planted.ostm.ostmb").exists());
+    std::fs::remove_file(dir.path().join("planted.ostm.ostmb")).unwrap();
+    assert_eq!(run(&["verify", s(&path), "--no-bundle"]).0, 1);
+    assert!(!dir.path().join("planted.ostm.ostmb").exists());
+}
+
+#[test]
+fn every_corpus_bundle_replays_and_its_defect_stays_fixed() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/corpus");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "ostmb") {
+            continue;
+        }
+        let (code, out, err) = run(&["replay", s(&p)]);
+        assert_eq!(code, 0, "{}: {out}{err}", p.display());
+        assert!(out.contains("the failure does not reproduce"), "{out}");
+        n += 1;
+    }
+    assert!(n >= 1);
+    let (_, out, _) = run(&["replay", s(&dir.join("floor-friction-skipped.ostmb"))]);
+    assert!(
+        out.contains("first difference at step 141: body 0 velocity.x: this build 4, writer 5"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_bundle_cut_short_exits_2() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/corpus/floor-friction-skipped.ostmb");
+    let bytes = std::fs::read(dir).unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("cut.ostmb");
+    std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
+    let (code, _, err) = run(&["replay", s(&p)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cut.ostmb: at offset"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// keyframes
+
+fn schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/keyframe.schema.json"),
+    )
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    jsonschema::validator_for(&v).expect("the schema compiles")
+}
+
+#[test]
+fn keyframes_validate_against_the_schema_and_continue_exactly_like_the_original() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = replay();
+    let path = write(dir.path(), "r.ostm", &r);
+    let schema = schema();
+    let all = worlds(&r);
+    for step in [0u64, 1, 77, 78, 250, 399, 400] {
+        let k = dir.path().join(format!("k{step}.json"));
+        let (code, _, err) = run(&[
+            "keyframe",
+            s(&path),
+            "--step",
+            &step.to_string(),
+            "-o",
+            s(&k),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
+        let errors: Vec<String> = schema.iter_errors(&doc).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "step {step}: {errors:?}");
+        assert_eq!(doc["tick"], step);
+        assert_eq!(doc["tickRate"], 60);
+        assert_eq!(
+            doc["entityOrder"].as_array().unwrap().len(),
+            all[step as usize].bodies.len()
+        );
+        // Continue from it: every row from the keyframe's tick on matches.
+        let (code, out, err) = run(&["verify", s(&path), "--from-keyframe", s(&k), "--json"]);
+        assert_eq!(code, 0, "step {step}: {out}{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["rows_checked"], 401 - step, "{out}");
+    }
+    // Planted: one body one millimetre off at step 250 is caught at row 250.
+    let k = dir.path().join("k250.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
+    let x = doc["entities"]["b1"]["body"]["pos"][0].as_i64().unwrap();
+    doc["entities"]["b1"]["body"]["pos"][0] = (x + 1).into();
+    let planted = dir.path().join("planted.json");
+    std::fs::write(&planted, doc.to_string()).unwrap();
+    assert!(schema.is_valid(&doc));
+    let (code, out, _) = run(&[
+        "verify",
+        s(&path),
+        "--from-keyframe",
+        s(&planted),
+        "--json",
+        "--no-bundle",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["mismatch"]["step"], 250);
+}
+
+#[test]
+fn a_malformed_keyframe_is_refused_with_its_json_path_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "r.ostm", &replay());
+    let k = dir.path().join("k.json");
+    assert_eq!(
+        run(&["keyframe", s(&path), "--step", "90", "-o", s(&k)]).0,
+        0
+    );
+    let good: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
+    type Plant = Box<dyn Fn(&mut serde_json::Value)>;
+    let plants: Vec<(&str, Plant)> = vec![
+        (
+            "$.entities.b4.body.still: expected an integer",
+            Box::new(|v| v["entities"]["b4"]["body"]["still"] = "3".into()),
+        ),
+        (
+            "$.entities.b5: missing",
+            Box::new(|v| drop(v["entities"].as_object_mut().unwrap().remove("b5"))),
+        ),
+        (
+            "$.entityOrder[0]: expected \"b0\"",
+            Box::new(|v| v["entityOrder"][0] = "b1".into()),
+        ),
+        (
+            "$.seed: expected an integer",
+            Box::new(|v| v["seed"] = "eleven".into()),
+        ),
+    ];
+    for (want, plant) in plants {
+        let mut v = good.clone();
+        plant(&mut v);
+        let p = dir.path().join("bad.json");
+        std::fs::write(&p, v.to_string()).unwrap();
+        let bundle = dir.path().join("should-not-exist.ostmb");
+        let (code, _, err) = run(&[
+            "verify",
+            s(&path),
+            "--from-keyframe",
+            s(&p),
+            "--bundle",
+            s(&bundle),
+        ]);
+        assert_eq!(code, 2, "{want}");
+        assert!(err.contains(want), "wanted {want:?} in {err:?}");
+        assert!(!bundle.exists());
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// seek
+
+#[test]
+fn seek_agrees_with_a_full_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = replay();
+    let path = write(dir.path(), "r.ostm", &r);
+    let (code, out, err) = run(&["index", s(&path), "--every", "64"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("7 keyframes every 64 steps"), "{out}");
+    let all = worlds(&r);
+    for step in [0u64, 63, 64, 65, 191, 333, 400] {
+        let (code, out, err) = run(&[
+            "seek",
+            s(&path),
+            "--step",
+            &step.to_string(),
+            "--json",
+            "--trace",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let w = &all[step as usize];
+        assert_eq!(v["hash"], format!("{:016x}", w.hash()));
+        assert_eq!(v["keyframeStep"], step / 64 * 64);
+        assert_eq!(v["matchesRecording"], true);
+        let mut row = String::new();
+        ostm_protocol::trace::format_row(&mut row, w, w.hash());
+        assert_eq!(v["trace"], row.trim_end());
+    }
+    let (code, _, err) = run(&["seek", s(&path), "--step", "401"]);
+    assert_eq!(code, 2, "{err}");
+}
