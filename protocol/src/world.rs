@@ -333,11 +333,7 @@ impl World {
         out.extend_from_slice(&self.step.to_le_bytes());
         out.extend_from_slice(&self.gravity.to_le_bytes());
         for b in &self.bodies {
-            out.extend_from_slice(&(b.alive as u32).to_le_bytes());
-            out.extend_from_slice(&b.still.to_le_bytes());
-            for v in b.pos.iter().chain(b.vel.iter()) {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
+            out.extend_from_slice(&b.to_bytes());
         }
     }
 
@@ -350,6 +346,10 @@ impl World {
 
     /// The world hash: XXH3-64 (seed 0) of the canonical snapshot bytes.
     pub fn hash(&self) -> u64 {
+        if self.bodies.len() > MAX_BODIES {
+            // Only reachable by editing `bodies` directly; still the snapshot's hash.
+            return xxhash_rust::xxh3::xxh3_64(&self.snapshot());
+        }
         let mut buf = [0u8; MAX_SNAPSHOT_BYTES];
         let n = self.encode_into(&mut buf);
         xxhash_rust::xxh3::xxh3_64(&buf[..n])
@@ -358,21 +358,15 @@ impl World {
     fn encode_into(&self, buf: &mut [u8; MAX_SNAPSHOT_BYTES]) -> usize {
         buf[0..8].copy_from_slice(&self.step.to_le_bytes());
         buf[8..12].copy_from_slice(&self.gravity.to_le_bytes());
-        let mut at = SNAPSHOT_HEADER_BYTES;
-        for b in &self.bodies {
-            let mut words = [0u32; 8];
-            words[0] = b.alive as u32;
-            words[1] = b.still;
-            for a in 0..3 {
-                words[2 + a] = b.pos[a] as u32;
-                words[5 + a] = b.vel[a] as u32;
-            }
-            for w in words {
-                buf[at..at + 4].copy_from_slice(&w.to_le_bytes());
-                at += 4;
-            }
+        let end = SNAPSHOT_HEADER_BYTES + self.bodies.len() * BODY_BYTES;
+        // One 32-byte copy per body: no per-word bounds checks.
+        for (out, b) in buf[SNAPSHOT_HEADER_BYTES..end]
+            .chunks_exact_mut(BODY_BYTES)
+            .zip(&self.bodies)
+        {
+            out.copy_from_slice(&b.to_bytes());
         }
-        at
+        end
     }
 
     /// Rebuilds a world from snapshot bytes, checking that they are canonical:
@@ -498,6 +492,26 @@ pub const BODY_FIELDS: [&str; 8] = [
 ];
 
 impl Body {
+    /// The body's 32 snapshot bytes: alive, still, position x y z, velocity x y z, each
+    /// 4 bytes little endian.
+    pub fn to_bytes(&self) -> [u8; BODY_BYTES] {
+        let words = [
+            self.alive as u32,
+            self.still,
+            self.pos[0] as u32,
+            self.pos[1] as u32,
+            self.pos[2] as u32,
+            self.vel[0] as u32,
+            self.vel[1] as u32,
+            self.vel[2] as u32,
+        ];
+        let mut out = [0u8; BODY_BYTES];
+        for (o, w) in out.chunks_exact_mut(4).zip(words) {
+            o.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
     /// The body's eight fields in snapshot order.
     pub fn fields(&self) -> [i64; 8] {
         [
