@@ -189,11 +189,18 @@ impl World {
     }
 
     /// Runs one whole step.
+    ///
+    /// Stages 2 to 4 act on each body alone, so they are run body by body in one pass;
+    /// the result is the same as [`World::run_stage`] over [`Stage::ALL`] (a test holds both).
     pub fn step(&mut self, ops: &[Op]) {
         self.apply_input(ops);
-        self.apply_gravity();
-        self.move_bodies();
-        self.bookkeeping();
+        let (g, axes) = (self.gravity, self.dims().axes());
+        for b in self.bodies.iter_mut().filter(|b| b.alive) {
+            gravity_body(b, g);
+            move_body(b, axes);
+            count_still(b);
+        }
+        self.finish_step();
     }
 
     /// Runs one stage.
@@ -261,7 +268,7 @@ impl World {
     pub fn apply_gravity(&mut self) {
         let g = self.gravity;
         for b in self.bodies.iter_mut().filter(|b| b.alive) {
-            b.vel[1] = b.vel[1].saturating_sub(g);
+            gravity_body(b, g);
         }
     }
 
@@ -269,28 +276,20 @@ impl World {
     pub fn move_bodies(&mut self) {
         let axes = self.dims().axes();
         for b in self.bodies.iter_mut().filter(|b| b.alive) {
-            for a in 0..axes {
-                let (p, v) = move_axis(b.pos[a], b.vel[a]);
-                b.pos[a] = p;
-                b.vel[a] = v;
-            }
-            if b.pos[1] == 0 {
-                for a in (0..axes).filter(|&a| a != 1) {
-                    b.vel[a] = (b.vel[a] as i64 * FRICTION_NUM / FRICTION_DEN) as i32;
-                }
-            }
+            move_body(b, axes);
         }
     }
 
     /// Stage 4: still counts, the link transfer, and the step counter.
     pub fn bookkeeping(&mut self) {
         for b in self.bodies.iter_mut().filter(|b| b.alive) {
-            if b.vel == [0, 0, 0] {
-                b.still = b.still.saturating_add(1);
-            } else {
-                b.still = 0;
-            }
+            count_still(b);
         }
+        self.finish_step();
+    }
+
+    /// The end of bookkeeping: the link transfer, then the step counter.
+    fn finish_step(&mut self) {
         if let Some(l) = self.link {
             if self.step == l.transfer_step as u64 {
                 let center = if self.dims() == Dims::Three {
@@ -432,6 +431,37 @@ impl World {
             bodies,
         })
     }
+}
+
+/// Gravity on one live body.
+fn gravity_body(b: &mut Body, g: i32) {
+    b.vel[1] = b.vel[1].saturating_sub(g);
+}
+
+/// Moves one live body on each used axis, then applies floor friction.
+fn move_body(b: &mut Body, axes: usize) {
+    for a in 0..axes {
+        (b.pos[a], b.vel[a]) = move_axis(b.pos[a], b.vel[a]);
+    }
+    if b.pos[1] == 0 {
+        b.vel[0] = friction(b.vel[0]);
+        if axes == 3 {
+            b.vel[2] = friction(b.vel[2]);
+        }
+    }
+}
+
+fn friction(v: i32) -> i32 {
+    (v as i64 * FRICTION_NUM / FRICTION_DEN) as i32
+}
+
+/// The still count of one live body.
+fn count_still(b: &mut Body) {
+    b.still = if b.vel == [0, 0, 0] {
+        b.still.saturating_add(1)
+    } else {
+        0
+    };
 }
 
 /// Moves one axis: `p + v`, a reflection off the wall it crossed (damped, and settled
