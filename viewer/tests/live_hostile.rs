@@ -9,7 +9,6 @@ use live_support::*;
 use ostm_protocol::wire::{EndReason, HostCodec, ToViewer, ViewerCodec, Welcome, WireError};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::Duration;
 use tokio_util::codec::Decoder;
 
 /// A hello frame built by hand from docs/protocol.md: type 0x01, magic, version, role, token.

@@ -212,7 +212,14 @@ fn run_case(args: &Args, rt: &tokio::runtime::Runtime, n: usize, raw_rec_per_s: 
     let stamps = args.out.join(format!("stamps-{n}.txt"));
     let mut host = Command::new(&args.host)
         .args(["serve", "--listen", "127.0.0.1:0", "--rate", "max"])
-        .args(["--status-ms", "0", "--viewer-queue", "256", "--max-viewers", "1000"])
+        .args([
+            "--status-ms",
+            "0",
+            "--viewer-queue",
+            "256",
+            "--max-viewers",
+            "1000",
+        ])
         .arg("--stamps")
         .arg(&stamps)
         .stdout(Stdio::piped())
@@ -252,7 +259,7 @@ fn run_case(args: &Args, rt: &tokio::runtime::Runtime, n: usize, raw_rec_per_s: 
                 verified += r.verified;
                 resyncs += r.resyncs;
                 for (step, t) in &r.verdicts {
-                    if let Some(h) = host_ns.get(&step) {
+                    if let Some(h) = host_ns.get(step) {
                         lat_us.push((*t as f64 - *h as f64) / 1000.0);
                     }
                 }
