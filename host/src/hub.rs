@@ -239,3 +239,100 @@ impl Hub {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ostm_protocol::op::encode_input;
+    use ostm_protocol::wire::{HostCodec, Record, ToViewer};
+    use ostm_protocol::{Dims, Op, Setup};
+
+    fn world() -> World {
+        World::new(
+            Setup {
+                dims: Dims::Three,
+                bodies: 3,
+                seed: 5,
+            },
+            None,
+        )
+    }
+
+    /// Runs `n` steps through the hub, each an impulse on body 0.
+    fn run(hub: &Hub, w: &mut World, n: usize) {
+        for _ in 0..n {
+            let ops = [Op::Impulse {
+                body: 0,
+                d: [1, 2, 3],
+            }];
+            let step = w.step;
+            w.step(&ops);
+            let input = Bytes::from(encode_input(&ops));
+            let rec = ToViewer::Record(Record {
+                step,
+                hash: w.hash(),
+                input: input.clone(),
+            });
+            hub.publish(w, input, &HostCodec::encode_frame(&rec).unwrap());
+        }
+    }
+
+    #[test]
+    fn drift_answers_from_the_ring_and_recomputes_the_stages() {
+        let hub = Hub::new(world(), Limits { queue: 4, ring: 8 });
+        let mut w = world();
+        run(&hub, &mut w, 20);
+        // The ring holds the worlds at steps 13..=20.
+        assert_eq!(hub.drift(21).status, DriftStatus::NotReached);
+        assert_eq!(hub.drift(12).status, DriftStatus::TooOld);
+        let r = hub.drift(13);
+        assert_eq!(r.status, DriftStatus::Held);
+        assert_eq!(r.stages, None, "the world before step 13 is no longer held");
+        let r = hub.drift(20);
+        let mut before = world();
+        for _ in 0..19 {
+            before.step(&[Op::Impulse {
+                body: 0,
+                d: [1, 2, 3],
+            }]);
+        }
+        let mut after = before.clone();
+        let stages = after.step_with_stage_hashes(&[Op::Impulse {
+            body: 0,
+            d: [1, 2, 3],
+        }]);
+        assert_eq!(r.world, Some(after));
+        assert_eq!(r.stages, Some(stages));
+    }
+
+    #[test]
+    fn a_full_queue_takes_the_viewer_off_and_flags_a_resync() {
+        let hub = Hub::new(world(), Limits { queue: 4, ring: 8 });
+        let joined = hub.join(None, None).unwrap();
+        let mut w = world();
+        run(&hub, &mut w, 4);
+        assert!(!joined.flags.resync.load(Ordering::SeqCst));
+        run(&hub, &mut w, 1);
+        assert!(
+            joined.flags.resync.load(Ordering::SeqCst),
+            "the fifth record overflows a queue of 4"
+        );
+        assert_eq!(hub.counters.resyncs.load(Ordering::SeqCst), 1);
+        assert_eq!(hub.counters.queue_max.load(Ordering::SeqCst), 4);
+        // Taken off: further steps do not count it again; its queue still holds 4 records.
+        run(&hub, &mut w, 10);
+        assert_eq!(hub.counters.resyncs.load(Ordering::SeqCst), 1);
+        let mut rx = joined.rx;
+        let mut n = 0;
+        while rx.try_recv().is_ok() {
+            n += 1;
+        }
+        assert_eq!(n, 4);
+        // Rejoining gives the world at the host's step now.
+        let again = hub
+            .join(Some(joined.id), Some(joined.flags.clone()))
+            .unwrap();
+        assert_eq!(again.world.step, 15);
+        assert!(!again.flags.resync.load(Ordering::SeqCst));
+    }
+}
