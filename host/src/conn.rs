@@ -2,7 +2,7 @@
 //! viewer's queue, heartbeats and drift replies, and a reader task that answers what the
 //! viewer sends. Whatever the viewer does, only this connection pays for it.
 
-use crate::hub::{Hub, Joined};
+use crate::hub::{Hub, Joined, Queued};
 use futures::{SinkExt, StreamExt};
 use ostm_protocol::wire::{
     EncodedFrame, End, EndReason, HostCodec, PeerRole, SnapshotKind, ToHost, ToViewer, Welcome,
@@ -228,6 +228,19 @@ fn encode(msg: &ToViewer) -> Vec<EncodedFrame> {
     }
 }
 
+/// The frames of one write of queued records. When the host's step is past the step the
+/// last of them brings the viewer to, a heartbeat carrying the host's step goes first, so
+/// the viewer learns how far behind it is from the host, not from the records it has.
+fn with_host_step(batch: Vec<Queued>, host_step: u64) -> Vec<EncodedFrame> {
+    let behind = batch.last().is_some_and(|q| host_step > q.after);
+    let mut frames = Vec::with_capacity(batch.len() + 1);
+    if behind {
+        frames.extend(encode(&ToViewer::Heartbeat { host_step }));
+    }
+    frames.extend(batch.into_iter().map(|q| q.frame));
+    frames
+}
+
 /// Streams to an attached viewer until the stream ends, the viewer goes, or it stalls.
 async fn stream_to(
     writer: &mut Writer,
@@ -265,16 +278,16 @@ async fn stream_to(
                 Some(Control::Close(end)) => break Some(end),
                 Some(Control::Gone) | None => break None,
             },
-            f = rx.recv() => match f {
-                Some(f) => {
-                    let mut batch = vec![f];
+            q = rx.recv() => match q {
+                Some(q) => {
+                    let mut batch = vec![q];
                     while batch.len() < BATCH {
                         match rx.try_recv() {
-                            Ok(f) => batch.push(f),
+                            Ok(q) => batch.push(q),
                             Err(_) => break,
                         }
                     }
-                    batch
+                    with_host_step(batch, hub.step())
                 }
                 None => {
                     if let Some(end) = hub.ended() {

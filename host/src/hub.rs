@@ -38,8 +38,16 @@ pub struct ViewerFlags {
     pub resync: AtomicBool,
 }
 
+/// One record in a viewer's queue: its frame (encoded once, shared by every queue) and
+/// the step the viewer's world reaches by running it (the record's step plus 1).
+#[derive(Debug, Clone)]
+pub struct Queued {
+    pub after: u64,
+    pub frame: EncodedFrame,
+}
+
 struct Slot {
-    tx: mpsc::Sender<EncodedFrame>,
+    tx: mpsc::Sender<Queued>,
     flags: Arc<ViewerFlags>,
 }
 
@@ -78,7 +86,7 @@ pub struct Hub {
 pub struct Joined {
     pub id: u64,
     pub world: World,
-    pub rx: mpsc::Receiver<EncodedFrame>,
+    pub rx: mpsc::Receiver<Queued>,
     pub flags: Arc<ViewerFlags>,
 }
 
@@ -167,7 +175,11 @@ impl Hub {
         let mut gone = Vec::new();
         let mut longest = 0;
         for (id, slot) in &inner.viewers {
-            match slot.tx.try_send(frame.clone()) {
+            let queued = Queued {
+                after: world.step,
+                frame: frame.clone(),
+            };
+            match slot.tx.try_send(queued) {
                 Ok(()) => longest = longest.max(slot.tx.max_capacity() - slot.tx.capacity()),
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     slot.flags.resync.store(true, Ordering::SeqCst);

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -103,7 +103,16 @@ pub struct Args {
     /// Benchmark only: write `step unix-nanoseconds` lines for every 64th step to FILE.
     #[arg(long, hide = true)]
     pub stamps: Option<PathBuf>,
+    /// Test only, a planted fault: give every viewer's queue no practical bound (so a
+    /// viewer that never reads is never resynced and its queue grows with every step).
+    /// The memory test shows its measurement catches this.
+    #[arg(long, hide = true)]
+    pub unbounded_queue_for_tests: bool,
 }
+
+/// The queue length `--unbounded-queue-for-tests` sets: far more records than any test
+/// runs, so the bound never acts.
+pub const UNBOUNDED_QUEUE_FOR_TESTS: usize = 1 << 40;
 
 /// Steps per second, or as fast as possible.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,9 +212,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
             })
         }
     };
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let listener =
+        listen(args.listen).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     say(
         args.json,
@@ -222,7 +230,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     let hub = Arc::new(Hub::new(
         source.world().clone(),
         Limits {
-            queue: args.viewer_queue as usize,
+            queue: if args.unbounded_queue_for_tests {
+                warn!("every viewer's queue is unbounded (test only)");
+                UNBOUNDED_QUEUE_FOR_TESTS
+            } else {
+                args.viewer_queue as usize
+            },
             ring: args.ring as usize,
         },
     ));
@@ -294,6 +307,24 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     }
     print_status(&hub, args.json, Some(&end));
     Ok(end)
+}
+
+/// The kernel send buffer each viewer's socket asks for, in bytes (set on the listening
+/// socket, which accepted sockets inherit). Kept small so that a viewer's backlog waits in
+/// its queue, where the host counts it (lag, resync), rather than in the kernel.
+pub const SEND_BUFFER: u32 = 16 * 1024;
+
+/// Binds and listens on `addr` with [`SEND_BUFFER`].
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_send_buffer_size(SEND_BUFFER)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 fn print_status(hub: &Hub, json: bool, end: Option<&End>) {

@@ -1,8 +1,12 @@
 //! `ostm-viewer attach ADDR`: attach to a live host at any step, verify every record by
 //! step number, optionally record, and explain the first drift.
 
+use crate::cmd::fields;
+use crate::cmd::inspect::link_info;
 use crate::exit::Exit;
 use crate::live::session::{self, Event, Options, Outcome, Status, Stop};
+use ostm_protocol::fields::{density_decimal, Fields};
+use ostm_protocol::World;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -37,6 +41,15 @@ pub struct Args {
     /// Print events and the result as JSON objects, one per line, for scripts.
     #[arg(long)]
     pub json: bool,
+    /// Compute both fields (density, occupancy; docs/test-module.md) of every step's world;
+    /// the status line shows the largest value of each.
+    #[arg(long)]
+    pub fields: bool,
+    /// Print both fields when the viewer's world reaches STEP, as `ostm-viewer fields FILE
+    /// --step STEP` prints them (the address in place of the file). Repeat or separate by
+    /// commas; implies --fields.
+    #[arg(long, value_name = "STEP", value_delimiter = ',')]
+    pub fields_at: Vec<u64>,
     /// Test only: verify at most this many steps per second (with a small receive buffer).
     #[arg(long, hide = true)]
     pub throttle: Option<u32>,
@@ -64,13 +77,48 @@ fn out(line: &str) {
 }
 
 fn status_line(s: &Status) -> String {
-    format!(
+    let mut line = format!(
         "host step {} | verified {} | lag {} | {:.1} steps/s",
         s.host_step,
         s.verified,
         s.lag(),
         s.rate
-    )
+    );
+    if let Some((density, occupancy)) = s.fields {
+        line.push_str(&format!(
+            " | density max {} | occupancy max {occupancy}",
+            density_decimal(density)
+        ));
+    }
+    line
+}
+
+fn status_json(s: &Status) -> serde_json::Value {
+    let mut obj = serde_json::json!({"event": "status", "host_step": s.host_step, "step": s.step, "verified": s.verified,
+        "lag": s.lag(), "rate": (s.rate * 10.0).round() / 10.0});
+    if let Some((density, occupancy)) = s.fields {
+        obj["density_max"] = density.into();
+        obj["occupancy_max"] = occupancy.into();
+    }
+    obj
+}
+
+/// The fields report at one step: `ostm-viewer fields`' own text or JSON, naming the
+/// host's address where that command names its file.
+fn print_fields(json: bool, addr: &str, world: &World, f: &Fields) {
+    if json {
+        let mut obj = fields::to_json(addr, world, f);
+        if let Some(o) = obj.as_object_mut() {
+            o.remove("file");
+            o.insert("addr".into(), addr.into());
+            o.insert("event".into(), "fields".into());
+        }
+        out(&obj.to_string());
+    } else {
+        let mut o = std::io::stdout().lock();
+        let _ = write!(o, "{}", fields::to_text(addr, world, f));
+        let _ = o.flush();
+    }
 }
 
 /// Runs `attach`.
@@ -86,6 +134,8 @@ pub fn run(args: Args) -> Exit {
         until: args.until,
         record: args.record.clone(),
         throttle: args.throttle,
+        fields: args.fields,
+        fields_at: args.fields_at.iter().copied().collect(),
     };
     let json = args.json;
     let terminal = !json && std::io::stderr().is_terminal();
@@ -95,13 +145,24 @@ pub fn run(args: Args) -> Exit {
         |ev| match ev {
             Event::Attached { welcome, world } => {
                 let s = world.setup();
+                let link = world.link().map(|l| link_info(&l));
                 if json {
                     out(&serde_json::json!({"event": "attached", "addr": opts.addr, "step": world.step, "dims": s.dims as u8,
-                        "slots": world.bodies.len(), "alive": world.alive_count(), "seed": s.seed, "host_rate": welcome.rate}).to_string());
+                        "slots": world.bodies.len(), "alive": world.alive_count(), "seed": s.seed, "host_rate": welcome.rate,
+                        "link": link}).to_string());
                 } else {
                     let rate = if welcome.rate == 0 { "as fast as it can".to_string() } else { format!("{}/s", welcome.rate) };
                     out(&format!("attached to {} at step {} ({}D, seed {}, {} live bodies in {} slots; host rate {rate})", opts.addr, world.step, s.dims as u8, s.seed, world.alive_count(), world.bodies.len()));
+                    if let Some(l) = link {
+                        out(&format!("link: {}", l.describe()));
+                    }
                 }
+            }
+            Event::Fields { world, fields } => {
+                if terminal {
+                    eprint!("\r\x1b[2K");
+                }
+                print_fields(json, &opts.addr, world, fields);
             }
             Event::Resync { from, to, file } => {
                 if terminal {
@@ -120,8 +181,7 @@ pub fn run(args: Args) -> Exit {
                 } else if last_plain.elapsed() >= Duration::from_secs(1) {
                     last_plain = Instant::now();
                     if json {
-                        out(&serde_json::json!({"event": "status", "host_step": s.host_step, "step": s.step, "verified": s.verified,
-                            "lag": s.lag(), "rate": (s.rate * 10.0).round() / 10.0}).to_string());
+                        out(&status_json(&s).to_string());
                     } else {
                         out(&status_line(&s));
                     }
@@ -139,6 +199,9 @@ pub fn run(args: Args) -> Exit {
         obj["event"] = "end".into();
         out(&obj.to_string());
     } else {
+        for (step, why) in &outcome.fields_missed {
+            out(&format!("note: no fields at step {step}: {why}"));
+        }
         for w in &outcome.files {
             out(&format!(
                 "recorded {} ({} steps from step {})",
@@ -208,6 +271,9 @@ pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
         "resyncs": o.resyncs,
         "files": o.files.iter().map(|w| serde_json::json!({"path": w.path.display().to_string(), "steps": w.steps, "start_step": w.start_step})).collect::<Vec<_>>(),
         "drift": match &o.stop { Stop::Drift(r) => r.to_json(), _ => serde_json::Value::Null },
+        "host_step": o.host_step,
+        "lag": o.host_step.saturating_sub(o.step),
+        "fields_missed": o.fields_missed.iter().map(|(step, why)| serde_json::json!({"step": step, "why": why})).collect::<Vec<_>>(),
         "message": line,
     });
     (exit, line, obj)

@@ -41,6 +41,7 @@ pub fn run(args: Args) -> Exit {
         until: None,
         record: None,
         throttle: None,
+        ..Options::default()
     };
     let outcome = rt.block_on(session::run(&opts, |_| {}, ctrl_c()));
     let (mut exit, line, mut obj) = verdict(&outcome);

@@ -129,7 +129,29 @@ pub struct Summary {
     pub hashes: Option<HashesInfo>,
 }
 
-fn link_info(l: &Link) -> LinkInfo {
+impl LinkInfo {
+    /// One line: the role, what moves when, the declaration and both keys (also printed by
+    /// `attach` for a live world with a link block).
+    pub fn describe(&self) -> String {
+        match (self.declaration, self.key, self.peer_key) {
+            (Some(decl), Some(key), Some(peer)) => format!(
+                "role {} ({}): body {} {} at step {}; declares {decl}, key {key}, peer key {peer}",
+                self.role,
+                self.role_name,
+                self.body,
+                if self.role == 1 { "leaves" } else { "arrives" },
+                self.transfer_step,
+            ),
+            _ => format!(
+                "role {} ({}): declares the density and occupancy fields only (body byte {}, transfer step {} kept as read)",
+                self.role, self.role_name, self.body, self.transfer_step
+            ),
+        }
+    }
+}
+
+/// The link block as `inspect` and `attach` report it.
+pub fn link_info(l: &Link) -> LinkInfo {
     LinkInfo {
         role: l.role as u8,
         role_name: l.role.name(),
@@ -236,20 +258,7 @@ impl Summary {
         );
         let link = match &self.link {
             None => "none".to_string(),
-            Some(l) => match (l.declaration, l.key, l.peer_key) {
-                (Some(decl), Some(key), Some(peer)) => format!(
-                    "role {} ({}): body {} {} at step {}; declares {decl}, key {key}, peer key {peer}",
-                    l.role,
-                    l.role_name,
-                    l.body,
-                    if l.role == 1 { "leaves" } else { "arrives" },
-                    l.transfer_step,
-                ),
-                _ => format!(
-                    "role {} ({}): declares the density and occupancy fields only (body byte {}, transfer step {} kept as read)",
-                    l.role, l.role_name, l.body, l.transfer_step
-                ),
-            },
+            Some(l) => l.describe(),
         };
         line("link", link);
         let start = match &self.start_snapshot {

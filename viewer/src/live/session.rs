@@ -9,7 +9,9 @@ use ostm_protocol::wire::{
     End, Hello, PeerRole, Record, SnapshotKind, ToHost, ToViewer, ViewerCodec, Welcome, WireError,
     HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
 };
+use ostm_protocol::fields::{self, Fields};
 use ostm_protocol::{Op, World};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -37,6 +39,17 @@ pub struct Options {
     /// Test only: verify at most this many steps per second, with a small receive buffer,
     /// so that the viewer falls behind a fast host.
     pub throttle: Option<u32>,
+    /// Compute both fields ([`fields::compute`]) of every world the viewer reaches.
+    pub fields: bool,
+    /// Report the fields ([`Event::Fields`]) when the viewer's world is at these steps.
+    /// Implies `fields`.
+    pub fields_at: BTreeSet<u64>,
+}
+
+impl Options {
+    fn computes_fields(&self) -> bool {
+        self.fields || !self.fields_at.is_empty()
+    }
 }
 
 /// Why the session stopped.
@@ -69,20 +82,31 @@ pub struct Outcome {
     pub files: Vec<Written>,
     /// A recording failure, if finishing the files failed.
     pub record_error: Option<String>,
+    /// The latest host step the viewer heard of (see [`Status::host_step`]).
+    pub host_step: u64,
+    /// Steps of `fields_at` whose fields were not reported, with why.
+    pub fields_missed: Vec<(u64, String)>,
 }
 
 /// Progress, for the status line.
 #[derive(Debug, Clone, Copy)]
 pub struct Status {
+    /// The latest host step the viewer has heard of: from the heartbeat the host sends
+    /// ahead of records when it is past them (its step at the moment it wrote them), from
+    /// heartbeats, records and snapshots.
     pub host_step: u64,
     pub step: u64,
     pub verified: u64,
     /// Verified steps per second since attaching.
     pub rate: f64,
+    /// With `fields`: the largest density (units of 1 / [`fields::DENSITY_ONE`] body) and
+    /// the largest occupancy of the viewer's world now.
+    pub fields: Option<(u32, u32)>,
 }
 
 impl Status {
-    /// Steps the viewer is behind the latest host step it has heard of.
+    /// Steps the viewer is behind the host: the latest host step it has heard of minus
+    /// the step of its own (verified) world.
     pub fn lag(&self) -> u64 {
         self.host_step.saturating_sub(self.step)
     }
@@ -100,6 +124,12 @@ pub enum Event<'a> {
         file: Option<&'a PathBuf>,
     },
     Status(Status),
+    /// The fields of the viewer's world at a step asked for with `fields_at` (a world
+    /// whose hash verified, or the attach or resync snapshot's world).
+    Fields {
+        world: &'a World,
+        fields: &'a Fields,
+    },
 }
 
 type Conn = Framed<TcpStream, ViewerCodec>;
@@ -111,6 +141,35 @@ struct State {
     resyncs: u64,
     recording: Option<Recording>,
     started: Instant,
+    /// The fields of `world`, when asked to compute them.
+    fields: Option<Fields>,
+    /// Steps of `fields_at` not reported yet.
+    fields_due: BTreeSet<u64>,
+    fields_missed: Vec<(u64, String)>,
+}
+
+impl State {
+    /// The world changed (a verified step, or a snapshot): computes its fields when asked,
+    /// reports them at a step asked for, and counts asked-for steps now behind the world
+    /// as missed (`why`: what went past them; a verified step never does).
+    fn reached(&mut self, opts: &Options, why: &str, events: &mut impl FnMut(Event<'_>)) {
+        if !opts.computes_fields() {
+            return;
+        }
+        let f = fields::compute(&self.world);
+        let step = self.world.step;
+        while let Some(&due) = self.fields_due.first().filter(|&&d| d < step) {
+            self.fields_due.remove(&due);
+            self.fields_missed.push((due, why.to_string()));
+        }
+        if self.fields_due.remove(&step) {
+            events(Event::Fields {
+                world: &self.world,
+                fields: &f,
+            });
+        }
+        self.fields = Some(f);
+    }
 }
 
 /// Runs a session; `events` sees progress; `interrupt` completing stops it (Ctrl-C).
@@ -127,6 +186,8 @@ pub async fn run(
         resyncs: 0,
         files: Vec::new(),
         record_error: None,
+        host_step: 0,
+        fields_missed: Vec::new(),
     };
     let (mut conn, welcome, world) = match connect(opts).await {
         Ok(c) => c,
@@ -157,7 +218,12 @@ pub async fn run(
         resyncs: 0,
         recording,
         started: Instant::now(),
+        fields: None,
+        fields_due: opts.fields_at.clone(),
+        fields_missed: Vec::new(),
     };
+    let why = format!("the viewer attached at step {}, after it", st.world.step);
+    st.reached(opts, &why, &mut events);
     let stop = if opts.steps == Some(0) || opts.until.is_some_and(|u| st.world.step >= u) {
         Stop::Asked
     } else {
@@ -167,6 +233,14 @@ pub async fn run(
     out.step = st.world.step;
     out.verified = st.verified;
     out.resyncs = st.resyncs;
+    out.host_step = st.host_step;
+    out.fields_missed = std::mem::take(&mut st.fields_missed);
+    let end = st.world.step;
+    out.fields_missed.extend(
+        st.fields_due
+            .iter()
+            .map(|&s| (s, format!("not reached: the viewer stopped at step {end}"))),
+    );
     if let Some(r) = st.recording {
         match r.finish() {
             Ok(files) => out.files = files,
@@ -345,6 +419,7 @@ async fn verify_loop(
                     return Stop::Drift(Box::new(drift(conn, st, before, &r, hash).await));
                 }
                 st.verified += 1;
+                st.reached(opts, "", events);
                 if let Some(per_second) = opts.throttle {
                     let due = st.started
                         + Duration::from_secs_f64(st.verified as f64 / per_second.max(1) as f64);
@@ -389,6 +464,11 @@ async fn verify_loop(
                     to: st.world.step,
                     file: file.as_ref(),
                 });
+                let why = format!(
+                    "a resync took the viewer from step {from} to step {} over it",
+                    st.world.step
+                );
+                st.reached(opts, &why, events);
                 if opts.until.is_some_and(|u| st.world.step >= u) {
                     return Stop::Asked;
                 }
@@ -422,6 +502,10 @@ fn status(st: &State) -> Status {
         } else {
             0.0
         },
+        fields: st
+            .fields
+            .as_ref()
+            .map(|f| (f.max_density(), f.max_occupancy())),
     }
 }
 
