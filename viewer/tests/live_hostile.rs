@@ -398,6 +398,111 @@ fn a_viewer_that_never_reads_neither_slows_the_host_nor_grows_its_memory() {
     assert!(status.success());
 }
 
+/// The host's resident set in KiB, from `/proc/PID/status` (Linux).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS line")
+}
+
+/// Steps the host runs after its viewers are attached before the first sample (their
+/// queues and socket buffers have long filled by then: a few thousand steps do that).
+const WARM_STEPS: u64 = 20_000;
+/// Steps between the first and the last sample.
+const RUN_STEPS: u64 = 200_000;
+/// How much the host's resident set may grow between the two samples, in KiB.
+const RSS_BOUND_KIB: u64 = 8 * 1024;
+
+/// Runs a host at `--rate max` with `viewers` connections that send their hello and
+/// heartbeats but never read, and returns its resident set (KiB) after [`WARM_STEPS`]
+/// and again [`RUN_STEPS`] later.
+fn rss_with_viewers_that_never_read(viewers: usize, extra: &[&str]) -> (u64, u64) {
+    let mut args = vec![
+        "--rate",
+        "max",
+        "--viewer-queue",
+        "256",
+        "--stall-ms",
+        "600000",
+        "--json",
+        "--status-ms",
+        "20",
+    ];
+    args.extend_from_slice(extra);
+    let mut host = Host::start(&args);
+    let socks: Vec<TcpStream> = (0..viewers)
+        .map(|_| {
+            let mut s = raw(&host.addr);
+            s.write_all(&hello(1, 1, b"")).unwrap();
+            s
+        })
+        .collect();
+    // Heartbeats (type 0x03, the viewer's step 0) keep the host from dropping them as
+    // silent; they never read a byte.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beat = {
+        let stop = stop.clone();
+        let mut socks: Vec<TcpStream> = socks.iter().map(|s| s.try_clone().unwrap()).collect();
+        std::thread::spawn(move || {
+            let frame = [9, 0, 0, 0, 0x03, 0, 0, 0, 0, 0, 0, 0, 0];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in &mut socks {
+                    let _ = s.write_all(&frame);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+        })
+    };
+    let n = viewers as u64;
+    let start = host.wait_status(|v| v["viewers"] == n)["step"]
+        .as_u64()
+        .unwrap();
+    host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= start + WARM_STEPS);
+    let first = rss_kib(host.pid());
+    let v = host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= start + WARM_STEPS + RUN_STEPS);
+    let last = rss_kib(host.pid());
+    assert_eq!(v["viewers"], n, "every slow viewer is still attached: {v}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = beat.join();
+    drop(socks);
+    (first, last)
+}
+
+/// A host with 1 and then 8 viewers that never read runs 200 000 steps at full speed: its
+/// resident set (VmRSS, Linux) stays within 8 MiB of what it was 20 000 steps after they
+/// attached. Each viewer costs its queue of at most 256 shared records, one write batch and
+/// the kernel's socket buffers (not in the host's resident set).
+#[test]
+fn the_hosts_memory_stays_bounded_with_viewers_that_never_read() {
+    for viewers in [1, 8] {
+        let (first, last) = rss_with_viewers_that_never_read(viewers, &[]);
+        eprintln!("{viewers} viewers: VmRSS {first} KiB, then {last} KiB");
+        assert!(
+            last <= first + RSS_BOUND_KIB,
+            "{viewers} viewers that never read: VmRSS grew from {first} KiB to {last} KiB \
+             over {RUN_STEPS} steps (bound {RSS_BOUND_KIB} KiB)"
+        );
+    }
+}
+
+/// The same measurement catches a host whose queues have no bound (the hidden planted
+/// fault `--unbounded-queue-for-tests`): 4 viewers that never read then hold every one of
+/// the 200 000 records, at least 40 bytes each for its place in each queue alone
+/// (4 x 200 000 x 40 B = 31 MiB), far past the bound.
+#[test]
+fn the_memory_measurement_catches_unbounded_queues() {
+    let (first, last) = rss_with_viewers_that_never_read(4, &["--unbounded-queue-for-tests"]);
+    eprintln!("unbounded queues, 4 viewers: VmRSS {first} KiB, then {last} KiB");
+    assert!(
+        last > first + RSS_BOUND_KIB,
+        "unbounded queues went unnoticed: VmRSS {first} KiB, then {last} KiB"
+    );
+}
+
 /// The codec is what refuses: a frame longer than the maximum is an error naming offset 0
 /// before any of its bytes are buffered (the unit tests hold the rest).
 #[test]

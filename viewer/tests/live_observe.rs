@@ -155,7 +155,9 @@ fn a_live_viewer_computes_the_same_fields_as_the_file() {
     let text = stdout(&out);
     assert!(attached_step(&text) < STEP, "attached before step {STEP}");
     let want = offline_fields("test-field-3d.ostm", STEP, false).replacen(
-        &testdata("test-field-3d.ostm").to_string_lossy().into_owned(),
+        &testdata("test-field-3d.ostm")
+            .to_string_lossy()
+            .into_owned(),
         &host.addr,
         1,
     );
@@ -181,7 +183,10 @@ fn a_live_viewer_computes_the_same_fields_as_the_file() {
     assert_eq!(live["addr"], host.addr.as_str());
     let mut want: serde_json::Value =
         serde_json::from_str(&offline_fields("test-field-3d.ostm", STEP, true)).unwrap();
-    for (obj, keys) in [(&mut live, ["event", "addr"]), (&mut want, ["file", "file"])] {
+    for (obj, keys) in [
+        (&mut live, ["event", "addr"]),
+        (&mut want, ["file", "file"]),
+    ] {
         for k in keys {
             obj.as_object_mut().unwrap().remove(k);
         }

@@ -4,12 +4,12 @@
 use super::drift::{on_drift, DriftReport, Evidence};
 use super::record::{Recording, Written};
 use futures::{SinkExt, StreamExt};
+use ostm_protocol::fields::{self, Fields};
 use ostm_protocol::op::for_each_op;
 use ostm_protocol::wire::{
     End, Hello, PeerRole, Record, SnapshotKind, ToHost, ToViewer, ViewerCodec, Welcome, WireError,
     HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
 };
-use ostm_protocol::fields::{self, Fields};
 use ostm_protocol::{Op, World};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
