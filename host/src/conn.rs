@@ -391,3 +391,37 @@ async fn read_loop(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn queued(after: u64) -> Queued {
+        Queued {
+            after,
+            frame: EncodedFrame(Bytes::from(vec![after as u8])),
+        }
+    }
+
+    /// The bytes of a heartbeat frame from docs/protocol.md: length 9, type 0x84, step.
+    fn heartbeat(step: u64) -> Vec<u8> {
+        let mut f = vec![9, 0, 0, 0, 0x84];
+        f.extend_from_slice(&step.to_le_bytes());
+        f
+    }
+
+    #[test]
+    fn a_write_behind_the_host_starts_with_its_step() {
+        let frames = with_host_step(vec![queued(11), queued(12)], 40);
+        let bytes: Vec<Vec<u8>> = frames.iter().map(|f| f.0.to_vec()).collect();
+        assert_eq!(bytes, vec![heartbeat(40), vec![11], vec![12]]);
+    }
+
+    #[test]
+    fn a_write_that_reaches_the_host_carries_records_only() {
+        let frames = with_host_step(vec![queued(11), queued(12)], 12);
+        let bytes: Vec<Vec<u8>> = frames.iter().map(|f| f.0.to_vec()).collect();
+        assert_eq!(bytes, vec![vec![11], vec![12]]);
+    }
+}

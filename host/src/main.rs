@@ -25,7 +25,9 @@ use std::process::ExitCode;
 #[command(after_help = "Examples:
   ostm-host serve
   ostm-host serve --listen 127.0.0.1:0 --rate max --steps 100000
-  ostm-host serve --replay testdata/test-10000.ostm --record host.ostm")]
+  ostm-host serve --replay testdata/test-10000.ostm --record host.ostm
+  ostm-host serve --listen 0.0.0.0:7878 --token \"$OSTM_TOKEN\"
+See `ostm-host serve --help` for every option and example.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

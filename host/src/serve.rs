@@ -40,14 +40,30 @@ pub const DEFAULT_STALL_MS: u64 = 10_000;
 /// Arguments of `serve`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
-  ostm-host serve                                        # the embedded world, 60 steps/s, 127.0.0.1:7878
+  # The embedded world (3D, 24 bodies, seed 10000) at 60 steps/s on 127.0.0.1:7878
+  ostm-host serve
+  # A free port (printed on the first line), as fast as it can, 100000 steps
   ostm-host serve --listen 127.0.0.1:0 --rate max --steps 100000
+  # A generated world of your own
   ostm-host serve --dims 2 --bodies 8 --seed 42
-  ostm-host serve --replay testdata/test-10000.ostm --record host.ostm
-  ostm-host serve --listen 0.0.0.0:7878 --token \"$OSTM_TOKEN\"   # any non-loopback address needs a token
+  # Serve a replay: its inputs from its start world; the hashes streamed are its rows
+  ostm-host serve --replay testdata/test-10000.ostm
+  # A linked world: viewers see its role and can compute its fields
+  ostm-host serve --replay testdata/test-link-left.ostm --rate 30
+  # Record the host's own session
+  ostm-host serve --steps 36000 --record host.ostm
+  # Any non-loopback address needs a token (viewers pass --token; it is never logged)
+  ostm-host serve --listen 0.0.0.0:7878 --token \"$OSTM_TOKEN\"
+  # Viewers join at any step: ostm-viewer attach ADDR, ostm-viewer check ADDR --steps N
 
 The first line on stdout is `ostm-host listening on ADDR` (the bound address, so port 0
-picks a free one). Then a status line every --status-ms, and a last `end:` line.")]
+picks a free one). Then a status line every --status-ms, and a last `end:` line
+(--json: one object per line, events listening, status, end).
+
+Exit codes:
+  0  the stream ended cleanly: --steps done, the replay's last step served, or Ctrl-C
+  2  bad arguments (a non-loopback address without --token, an unreadable replay), the
+     address cannot be bound, or the host failed (e.g. its recording could not be written)")]
 pub struct Args {
     /// Address to listen on; port 0 picks a free port. Any address other than loopback
     /// requires --token.

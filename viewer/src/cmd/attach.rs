@@ -14,15 +14,30 @@ use std::time::{Duration, Instant};
 /// Arguments of `attach`.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
+  # Join a running host at whatever step it is at (late join) and follow it until Ctrl-C
   ostm-viewer attach 127.0.0.1:7878
-  ostm-viewer attach 127.0.0.1:7878 --record session.ostm --steps 6000
+  # Verify 6000 steps from now, recording them; then check the file offline
+  ostm-viewer attach 127.0.0.1:7878 --steps 6000 --record session.ostm
+  ostm-viewer verify session.ostm
+  # Stop when the host's world reaches step 20000; JSON lines for a script
   ostm-viewer attach 127.0.0.1:7878 --until 20000 --json
-  ostm-viewer attach 10.0.0.5:7878 --token \"$OSTM_TOKEN\"
+  # A host on a non-loopback address requires its token
+  ostm-viewer attach sim.example.org:7878 --token \"$OSTM_TOKEN\"
+  # A linked world: the link line names the role; print both fields at steps 300 and 450
+  ostm-viewer attach 127.0.0.1:7878 --fields-at 300,450 --until 450
 
-Exit codes: 0 stopped as asked (--steps, --until, Ctrl-C) or the host ended the stream
-cleanly; 1 drift (the report names the step, body, field and stage); 2 a connection or
-protocol failure, or a refusal.
-A recording continues in SESSION.1.ostm, SESSION.2.ostm, ... after each resync.")]
+Output: `attached to ADDR at step S (...)`, a `link: ...` line when the world has a link
+block, then a status line `host step H | verified N | lag L | R steps/s` (rewritten in
+place on a terminal, once a second otherwise; lag = the host step last heard of minus the
+viewer's verified step), `resync: ...` lines, `recorded FILE (...)` per file, and a last
+`ok: ...`, `stopped: ...`, drift report, or `error: ...` (on stderr).
+A recording continues in SESSION.1.ostm, SESSION.2.ostm, ... after each resync.
+
+Exit codes:
+  0  stopped as asked (--steps, --until, Ctrl-C), or the host ended the stream cleanly
+  1  drift: the report names the step, body, field and stage where host and viewer part
+  2  a connection or protocol failure, a refusal (token, version, host full), the host
+     ending with an error, or a recording that could not be written")]
 pub struct Args {
     /// The host's address, HOST:PORT.
     pub addr: String,

@@ -8,12 +8,23 @@ use crate::live::session::{self, Options, Stop};
 /// Arguments of `check`.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
+  # Attach now (at whatever step the host is at) and verify the next 600 steps
   ostm-viewer check 127.0.0.1:7878 --steps 600
-  ostm-viewer check 127.0.0.1:7878 --steps 600 --json
+  # The verdict as one JSON object
+  ostm-viewer check 127.0.0.1:7878 --steps 600 --json | jq -r .verdict
+  # A host on a non-loopback address requires its token
+  ostm-viewer check sim.example.org:7878 --steps 600 --token \"$OSTM_TOKEN\"
+  # crontab: every 5 minutes; cron mails the line when the exit code is not 0
+  */5 * * * *  ostm-viewer check 127.0.0.1:7878 --steps 600 >> $HOME/ostm-check.log || tail -n 1 $HOME/ostm-check.log
 
-Prints one line: `ok: ...`, `drift: ...` or `error: ...`.
-Exit codes: 0 N steps verified; 1 drift; 2 a connection or protocol failure, a refusal,
-or a stream that ended before N steps were verified.")]
+Prints exactly one line: `ok: verified N steps (step A to B) on ADDR`, `drift: ...` or
+`error: ...` (with --json, one object: verdict, message, verified, lag, ...).
+
+Exit codes:
+  0  N steps verified
+  1  drift: the line names the step, body and field
+  2  a connection or protocol failure, a refusal (token, version, host full), or a stream
+     that ended before N steps were verified")]
 pub struct Args {
     /// The host's address, HOST:PORT.
     pub addr: String,
