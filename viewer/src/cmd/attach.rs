@@ -1,10 +1,12 @@
 //! `ostm-viewer attach ADDR`: attach to a live host at any step, verify every record by
 //! step number, optionally record, and explain the first drift.
 
+use crate::cmd::verify::{add_bundle_json, written_line, BundleArgs, Written};
 use crate::exit::Exit;
+use crate::live::drift::{default_bundle_path, write_bundle};
 use crate::live::session::{self, Event, Options, Outcome, Status, Stop};
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Arguments of `attach`.
@@ -18,7 +20,11 @@ use std::time::{Duration, Instant};
 Exit codes: 0 stopped as asked (--steps, --until, Ctrl-C) or the host ended the stream
 cleanly; 1 drift (the report names the step, body, field and stage); 2 a connection or
 protocol failure, or a refusal.
-A recording continues in SESSION.1.ostm, SESSION.2.ostm, ... after each resync.")]
+A recording continues in SESSION.1.ostm, SESSION.2.ostm, ... after each resync.
+
+On drift a failure bundle is written (docs/bundle-format.md): --bundle PATH, else beside
+the recording (SESSION.drift-STEP.ostmb), else drift-STEP.ostmb in the current directory;
+`ostm-viewer replay BUNDLE` reproduces it.")]
 pub struct Args {
     /// The host's address, HOST:PORT.
     pub addr: String,
@@ -37,6 +43,8 @@ pub struct Args {
     /// Print events and the result as JSON objects, one per line, for scripts.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub bundle: BundleArgs,
     /// Test only: verify at most this many steps per second (with a small receive buffer).
     #[arg(long, hide = true)]
     pub throttle: Option<u32>,
@@ -134,9 +142,11 @@ pub fn run(args: Args) -> Exit {
         eprintln!();
     }
     let (exit, plain, obj) = verdict(&outcome);
+    let bundle = drift_bundle(&outcome, &args.bundle, args.record.as_deref());
     if json {
         let mut obj = obj;
         obj["event"] = "end".into();
+        add_bundle_json(&mut obj, bundle.as_ref());
         out(&obj.to_string());
     } else {
         for w in &outcome.files {
@@ -152,8 +162,28 @@ pub fn run(args: Args) -> Exit {
         } else {
             out(&plain);
         }
+        match &bundle {
+            Some(w @ Ok(_)) => out(&written_line(w)),
+            Some(w @ Err(_)) => eprintln!("{}", written_line(w)),
+            None => {}
+        }
     }
     exit
+}
+
+/// Writes the drift bundle when the session stopped on drift, unless `--no-bundle`: to
+/// `--bundle`, else [`default_bundle_path`] (beside `record` when recording).
+pub fn drift_bundle(o: &Outcome, opts: &BundleArgs, record: Option<&Path>) -> Option<Written> {
+    let Stop::Drift(report) = &o.stop else {
+        return None;
+    };
+    let path = opts.target(|| default_bundle_path(record, report.step))?;
+    let written = write_bundle(report, &path);
+    match &written {
+        Ok(p) => tracing::info!(path = %p.display(), "drift bundle written"),
+        Err(e) => tracing::warn!("no drift bundle written: {e}"),
+    }
+    Some(written)
 }
 
 /// The verdict of a session: its exit code, one human line (a drift report is several),

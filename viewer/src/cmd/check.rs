@@ -1,7 +1,8 @@
 //! `ostm-viewer check ADDR --steps N`: attach, verify N steps, print a one-line verdict.
 //! The command a monitoring script runs.
 
-use crate::cmd::attach::{ctrl_c, runtime, verdict};
+use crate::cmd::attach::{ctrl_c, drift_bundle, runtime, verdict};
+use crate::cmd::verify::{add_bundle_json, written_line, BundleArgs};
 use crate::exit::Exit;
 use crate::live::session::{self, Options, Stop};
 
@@ -11,7 +12,9 @@ use crate::live::session::{self, Options, Stop};
   ostm-viewer check 127.0.0.1:7878 --steps 600
   ostm-viewer check 127.0.0.1:7878 --steps 600 --json
 
-Prints one line: `ok: ...`, `drift: ...` or `error: ...`.
+Prints one line: `ok: ...`, `drift: ...` or `error: ...`. On drift it writes a failure
+bundle (--bundle PATH, else drift-STEP.ostmb in the current directory; --no-bundle for
+none) and the line ends with `bundle written: PATH (reproduce: ostm-viewer replay PATH)`.
 Exit codes: 0 N steps verified; 1 drift; 2 a connection or protocol failure, a refusal,
 or a stream that ended before N steps were verified.")]
 pub struct Args {
@@ -26,6 +29,8 @@ pub struct Args {
     /// Print the verdict as one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub bundle: BundleArgs,
 }
 
 /// Runs `check`.
@@ -56,6 +61,10 @@ pub fn run(args: Args) -> Exit {
         );
         obj["verdict"] = "error".into();
     }
+    let bundle = drift_bundle(&outcome, &args.bundle, None);
+    if let Some(w) = &bundle {
+        line = format!("{line}; {}", written_line(w));
+    }
     let line = match exit {
         Exit::Ok => format!("{line} on {}", args.addr),
         Exit::Different => format!("drift: {line}"),
@@ -63,6 +72,7 @@ pub fn run(args: Args) -> Exit {
         Exit::Failure => format!("error: {line}"),
     };
     if args.json {
+        add_bundle_json(&mut obj, bundle.as_ref());
         obj["addr"] = args.addr.into();
         obj["message"] = line.into();
         println!("{obj}");
