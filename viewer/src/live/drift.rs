@@ -310,6 +310,22 @@ mod tests {
             )
         );
         assert_eq!(r.stages, Stages::AllAgree);
+        // The bundle made on drift replays to the same body and field, host value as
+        // the reference's.
+        let b = r.bundle.as_ref().unwrap();
+        assert_eq!(b.reference.as_ref(), e.reply.as_ref().unwrap().world.as_ref());
+        let d = b.check().difference.unwrap();
+        assert_eq!((d.diff.body, d.diff.field), (Some(2), "velocity.y"));
+        assert_eq!((d.diff.a, d.diff.b), (v as i64, v as i64 + 1));
+    }
+
+    #[test]
+    fn the_default_bundle_path_is_beside_the_recording_else_here() {
+        assert_eq!(
+            default_bundle_path(Some(Path::new("runs/s.ostm")), 42),
+            Path::new("runs/s.drift-42.ostmb")
+        );
+        assert_eq!(default_bundle_path(None, 7), Path::new("drift-7.ostmb"));
     }
 
     #[test]
@@ -374,5 +390,9 @@ mod tests {
             "{r}"
         );
         assert!(r.note.is_some());
+        // Still a bundle, without the host's world.
+        let b = r.bundle.unwrap();
+        assert!(b.reference.is_none() && b.writer.is_some());
+        assert_eq!(b.check().mismatch.map(|m| m.step), Some(1));
     }
 }
