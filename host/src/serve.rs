@@ -44,6 +44,8 @@ pub const DEFAULT_STALL_MS: u64 = 10_000;
   ostm-host serve --listen 127.0.0.1:0 --rate max --steps 100000
   ostm-host serve --dims 2 --bodies 8 --seed 42
   ostm-host serve --replay testdata/test-10000.ostm --record host.ostm
+  ostm-host serve --from-keyframe k5000.json                       # continue a keyframe's world
+  ostm-host serve --replay testdata/test-10000.ostm --from-keyframe k5000.json
   ostm-host serve --listen 0.0.0.0:7878 --token \"$OSTM_TOKEN\"   # any non-loopback address needs a token
 
 The first line on stdout is `ostm-host listening on ADDR` (the bound address, so port 0
@@ -72,6 +74,11 @@ pub struct Args {
     /// generated world; the stream ends after its last step.
     #[arg(long)]
     pub replay: Option<PathBuf>,
+    /// Start from this keyframe (molen/keyframe@1, docs/keyframe.md): its world, setup
+    /// and link are the host's. With --replay, that file's inputs run on from the
+    /// keyframe's tick; without, the scenario of the keyframe's seed does.
+    #[arg(long, conflicts_with_all = ["dims", "bodies", "seed"])]
+    pub from_keyframe: Option<PathBuf>,
     /// Record the host's own session to this `.ostm` file (hash rows; the start snapshot
     /// when the world did not start at step 0).
     #[arg(long)]
@@ -189,9 +196,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
             args.listen
         ));
     }
-    let source = match &args.replay {
-        Some(path) => Source::replay(path).map_err(|e| e.to_string())?,
-        None => {
+    let source = match (&args.from_keyframe, &args.replay) {
+        (Some(k), replay) => Source::from_keyframe(k, replay.as_deref())?,
+        (None, Some(path)) => Source::replay(path).map_err(|e| e.to_string())?,
+        (None, None) => {
             let dims = match args.dims.unwrap_or(3) {
                 2 => Dims::Two,
                 _ => Dims::Three,

@@ -44,9 +44,7 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
     };
     let mut recorder = match &plan.record {
         Some(path) => {
-            let start_snapshot =
-                matches!(&source, Source::Replay { replay, .. } if replay.start.is_some());
-            match Recorder::create(path, source.world(), start_snapshot) {
+            match Recorder::create(path, source.world(), source.needs_start_snapshot()) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     let e = end(
