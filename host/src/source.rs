@@ -91,7 +91,10 @@ impl Source {
         let setup = world.setup();
         let mut shadow = World::new(setup, world.link());
         let mut scenario = Scenario::new(setup.seed);
-        info!(tick = world.step, "bringing the scenario to the keyframe's tick");
+        info!(
+            tick = world.step,
+            "bringing the scenario to the keyframe's tick"
+        );
         while shadow.step < world.step {
             let ops = scenario.next_input(&shadow);
             shadow.step(&ops);

@@ -177,7 +177,13 @@ fn the_report_as_json_and_its_bundle_replays_to_the_same_report() {
     let f = &r["difference"];
     assert_eq!(
         (&f["step"], &f["body"], &f["field"], &f["value"], &f["this"]),
-        (&d["step"], &d["body"], &d["field"], &d["host"], &d["viewer"]),
+        (
+            &d["step"],
+            &d["body"],
+            &d["field"],
+            &d["host"],
+            &d["viewer"]
+        ),
         "{r}"
     );
     assert_eq!(f["other"], "reference");

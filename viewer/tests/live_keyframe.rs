@@ -52,7 +52,12 @@ fn a_keyframe_served_with_its_replay_streams_the_replays_rows_from_its_tick() {
         "50",
     ]);
     host.wait_status(|v| v["step"].as_u64().unwrap_or(0) > N);
-    let out = viewer(&["attach", &host.addr, "--record", viewer_rec.to_str().unwrap()]);
+    let out = viewer(&[
+        "attach",
+        &host.addr,
+        "--record",
+        viewer_rec.to_str().unwrap(),
+    ]);
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     let attached = attached_step(&stdout(&out));
     assert!(attached > N && attached < 10_000, "attached at {attached}");

@@ -313,7 +313,10 @@ mod tests {
         // The bundle made on drift replays to the same body and field, host value as
         // the reference's.
         let b = r.bundle.as_ref().unwrap();
-        assert_eq!(b.reference.as_ref(), e.reply.as_ref().unwrap().world.as_ref());
+        assert_eq!(
+            b.reference.as_ref(),
+            e.reply.as_ref().unwrap().world.as_ref()
+        );
         let d = b.check().difference.unwrap();
         assert_eq!((d.diff.body, d.diff.field), (Some(2), "velocity.y"));
         assert_eq!((d.diff.a, d.diff.b), (v as i64, v as i64 + 1));
