@@ -307,7 +307,7 @@ def parse_replay(data: bytes) -> Replay:
     c = _Cursor(data)
     magic = c.take(4, "magic")
     if magic != b"OSTM":
-        raise FormatError(0, f'expected magic "OSTM", found [{magic.hex(" ")}]')
+        raise FormatError(0, 'expected magic "OSTM", found [' + ', '.join(f'{x:02x}' for x in magic) + ']')
     version = c.u16("version")
     if version != 1:
         raise FormatError(4, f"expected version 1, found {version}")
