@@ -31,7 +31,7 @@
 //! | 242 | teleport a live body to `(MIN, MAX, MIN)` |
 //! | 243 | teleport a live body to `(MAX, MIN, MAX)` |
 //! | 250, 251, 252 | gravity `MAX`, then `MIN`, then 3 |
-//! | 270 | remove a live body `X` that is not the link body (none if there is no such body) |
+//! | 270 | remove `X`, the `range(0, c - 1)`-th of the `c` live bodies that are not the link body (no op and no draw if `c = 0`) |
 //! | 271 | on `X` (now removed): impulse `(100, 100, 100)`, teleport `(5000, 5000, 5000)`, remove |
 //! | 272 | out of range: impulse body 255 by `(MIN, MIN, MIN)`, teleport body 64 to `(MAX, MAX, MAX)`, remove body 200 |
 //! | 299 | gravity 3 (the quiet stretch always runs under the default gravity) |

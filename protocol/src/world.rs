@@ -189,11 +189,18 @@ impl World {
     }
 
     /// Runs one whole step.
+    ///
+    /// Stages 2 to 4 act on each body alone, so they are run body by body in one pass;
+    /// the result is the same as [`World::run_stage`] over [`Stage::ALL`] (a test holds both).
     pub fn step(&mut self, ops: &[Op]) {
         self.apply_input(ops);
-        self.apply_gravity();
-        self.move_bodies();
-        self.bookkeeping();
+        let (g, axes) = (self.gravity, self.dims().axes());
+        for b in self.bodies.iter_mut().filter(|b| b.alive) {
+            gravity_body(b, g);
+            move_body(b, axes);
+            count_still(b);
+        }
+        self.finish_step();
     }
 
     /// Runs one stage.
@@ -227,8 +234,8 @@ impl World {
             match *op {
                 Op::Impulse { body, d } => {
                     if let Some(b) = self.live_body(body) {
-                        for a in 0..axes {
-                            b.vel[a] = b.vel[a].saturating_add(d[a]);
+                        for (v, dv) in b.vel[..axes].iter_mut().zip(d) {
+                            *v = v.saturating_add(dv);
                         }
                     }
                 }
@@ -261,7 +268,7 @@ impl World {
     pub fn apply_gravity(&mut self) {
         let g = self.gravity;
         for b in self.bodies.iter_mut().filter(|b| b.alive) {
-            b.vel[1] = b.vel[1].saturating_sub(g);
+            gravity_body(b, g);
         }
     }
 
@@ -269,28 +276,20 @@ impl World {
     pub fn move_bodies(&mut self) {
         let axes = self.dims().axes();
         for b in self.bodies.iter_mut().filter(|b| b.alive) {
-            for a in 0..axes {
-                let (p, v) = move_axis(b.pos[a], b.vel[a]);
-                b.pos[a] = p;
-                b.vel[a] = v;
-            }
-            if b.pos[1] == 0 {
-                for a in (0..axes).filter(|&a| a != 1) {
-                    b.vel[a] = (b.vel[a] as i64 * FRICTION_NUM / FRICTION_DEN) as i32;
-                }
-            }
+            move_body(b, axes);
         }
     }
 
     /// Stage 4: still counts, the link transfer, and the step counter.
     pub fn bookkeeping(&mut self) {
         for b in self.bodies.iter_mut().filter(|b| b.alive) {
-            if b.vel == [0, 0, 0] {
-                b.still = b.still.saturating_add(1);
-            } else {
-                b.still = 0;
-            }
+            count_still(b);
         }
+        self.finish_step();
+    }
+
+    /// The end of bookkeeping: the link transfer, then the step counter.
+    fn finish_step(&mut self) {
         if let Some(l) = self.link {
             if self.step == l.transfer_step as u64 {
                 let center = if self.dims() == Dims::Three {
@@ -333,11 +332,7 @@ impl World {
         out.extend_from_slice(&self.step.to_le_bytes());
         out.extend_from_slice(&self.gravity.to_le_bytes());
         for b in &self.bodies {
-            out.extend_from_slice(&(b.alive as u32).to_le_bytes());
-            out.extend_from_slice(&b.still.to_le_bytes());
-            for v in b.pos.iter().chain(b.vel.iter()) {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
+            out.extend_from_slice(&b.to_bytes());
         }
     }
 
@@ -350,6 +345,10 @@ impl World {
 
     /// The world hash: XXH3-64 (seed 0) of the canonical snapshot bytes.
     pub fn hash(&self) -> u64 {
+        if self.bodies.len() > MAX_BODIES {
+            // Only reachable by editing `bodies` directly; still the snapshot's hash.
+            return xxhash_rust::xxh3::xxh3_64(&self.snapshot());
+        }
         let mut buf = [0u8; MAX_SNAPSHOT_BYTES];
         let n = self.encode_into(&mut buf);
         xxhash_rust::xxh3::xxh3_64(&buf[..n])
@@ -358,21 +357,15 @@ impl World {
     fn encode_into(&self, buf: &mut [u8; MAX_SNAPSHOT_BYTES]) -> usize {
         buf[0..8].copy_from_slice(&self.step.to_le_bytes());
         buf[8..12].copy_from_slice(&self.gravity.to_le_bytes());
-        let mut at = SNAPSHOT_HEADER_BYTES;
-        for b in &self.bodies {
-            let mut words = [0u32; 8];
-            words[0] = b.alive as u32;
-            words[1] = b.still;
-            for a in 0..3 {
-                words[2 + a] = b.pos[a] as u32;
-                words[5 + a] = b.vel[a] as u32;
-            }
-            for w in words {
-                buf[at..at + 4].copy_from_slice(&w.to_le_bytes());
-                at += 4;
-            }
+        let end = SNAPSHOT_HEADER_BYTES + self.bodies.len() * BODY_BYTES;
+        // One 32-byte copy per body: no per-word bounds checks.
+        for (out, b) in buf[SNAPSHOT_HEADER_BYTES..end]
+            .chunks_exact_mut(BODY_BYTES)
+            .zip(&self.bodies)
+        {
+            out.copy_from_slice(&b.to_bytes());
         }
-        at
+        end
     }
 
     /// Rebuilds a world from snapshot bytes, checking that they are canonical:
@@ -440,6 +433,37 @@ impl World {
     }
 }
 
+/// Gravity on one live body.
+fn gravity_body(b: &mut Body, g: i32) {
+    b.vel[1] = b.vel[1].saturating_sub(g);
+}
+
+/// Moves one live body on each used axis, then applies floor friction.
+fn move_body(b: &mut Body, axes: usize) {
+    for a in 0..axes {
+        (b.pos[a], b.vel[a]) = move_axis(b.pos[a], b.vel[a]);
+    }
+    if b.pos[1] == 0 {
+        b.vel[0] = friction(b.vel[0]);
+        if axes == 3 {
+            b.vel[2] = friction(b.vel[2]);
+        }
+    }
+}
+
+fn friction(v: i32) -> i32 {
+    (v as i64 * FRICTION_NUM / FRICTION_DEN) as i32
+}
+
+/// The still count of one live body.
+fn count_still(b: &mut Body) {
+    b.still = if b.vel == [0, 0, 0] {
+        b.still.saturating_add(1)
+    } else {
+        0
+    };
+}
+
 /// Moves one axis: `p + v`, a reflection off the wall it crossed (damped, and settled
 /// against the wall when slow), then a clamp into the box. Computed in i64: never overflows.
 pub fn move_axis(p: i32, v: i32) -> (i32, i32) {
@@ -498,6 +522,26 @@ pub const BODY_FIELDS: [&str; 8] = [
 ];
 
 impl Body {
+    /// The body's 32 snapshot bytes: alive, still, position x y z, velocity x y z, each
+    /// 4 bytes little endian.
+    pub fn to_bytes(&self) -> [u8; BODY_BYTES] {
+        let words = [
+            self.alive as u32,
+            self.still,
+            self.pos[0] as u32,
+            self.pos[1] as u32,
+            self.pos[2] as u32,
+            self.vel[0] as u32,
+            self.vel[1] as u32,
+            self.vel[2] as u32,
+        ];
+        let mut out = [0u8; BODY_BYTES];
+        for (o, w) in out.chunks_exact_mut(4).zip(words) {
+            o.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
     /// The body's eight fields in snapshot order.
     pub fn fields(&self) -> [i64; 8] {
         [

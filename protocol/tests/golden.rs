@@ -1,7 +1,9 @@
 //! `testdata/golden.json` holds every replay's final hash and behaviour numbers; running
 //! the committed replays now must give the same numbers. `scripts/write-golden` rewrites it.
 
-use ostm_protocol::testdata::{golden_changes, golden_of_dir, Golden, GoldenChange, GOLDEN_FILE, GOLDEN_FORMAT};
+use ostm_protocol::testdata::{
+    golden_changes, golden_of_dir, Golden, GoldenChange, GOLDEN_FILE, GOLDEN_FORMAT,
+};
 use std::path::PathBuf;
 
 fn testdata_dir() -> PathBuf {
@@ -19,7 +21,14 @@ fn report(changes: &[GoldenChange]) -> String {
     let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(absent)".to_string());
     changes
         .iter()
-        .map(|c| format!("{GOLDEN_FILE}: {}: expected {}, actual {}", c.name, show(&c.old), show(&c.new)))
+        .map(|c| {
+            format!(
+                "{GOLDEN_FILE}: {}: expected {}, actual {}",
+                c.name,
+                show(&c.old),
+                show(&c.new)
+            )
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -48,9 +57,16 @@ fn a_moved_number_is_named_with_its_file_body_and_both_values() {
     let old_y = expected.replays[1].bodies[5].position[1];
     let changes = golden_changes(&expected, &moved);
     let text = report(&changes);
-    assert_eq!(changes.len(), 1 + expected.replays[1].bodies[7].first_rest_step.is_some() as usize, "{text}");
+    assert_eq!(
+        changes.len(),
+        1 + expected.replays[1].bodies[7].first_rest_step.is_some() as usize,
+        "{text}"
+    );
     assert!(
-        text.contains(&format!("golden.json: {file}: body 5 position.y: expected {old_y}, actual {}", old_y + 1)),
+        text.contains(&format!(
+            "golden.json: {file}: body 5 position.y: expected {old_y}, actual {}",
+            old_y + 1
+        )),
         "{text}"
     );
 }
@@ -61,7 +77,10 @@ fn a_missing_body_is_reported() {
     let mut fewer = expected.clone();
     fewer.replays[0].bodies.pop();
     let text = report(&golden_changes(&expected, &fewer));
-    assert!(text.contains("body count: expected 64, actual 63"), "{text}");
+    assert!(
+        text.contains("body count: expected 64, actual 63"),
+        "{text}"
+    );
     assert!(text.contains("body 63 alive: expected"), "{text}");
     assert!(text.contains("actual (absent)"), "{text}");
 }

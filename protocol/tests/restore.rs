@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 fn read(name: &str) -> Replay {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata")
+        .join(name);
     Replay::read_file(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -19,7 +21,7 @@ fn read(name: &str) -> Replay {
 /// event's step, so the restored world must reproduce the event itself.
 fn restore_points(r: &Replay) -> BTreeMap<u64, Vec<&'static str>> {
     let mut found: Vec<(&'static str, u64)> = Vec::new();
-    let mut seen = |what: &'static str, step: u64, found: &mut Vec<(&'static str, u64)>| {
+    let seen = |what: &'static str, step: u64, found: &mut Vec<(&'static str, u64)>| {
         if !found.iter().any(|(w, _)| *w == what) {
             found.push((what, step));
         }
@@ -80,7 +82,8 @@ fn restore_and_check(r: &Replay, at: u64, plant: impl FnOnce(&mut World)) -> Res
         w.step(&r.inputs.ops(i));
     }
     let bytes = w.snapshot();
-    let mut restored = World::from_snapshot(r.setup, r.link, "snapshot", &bytes, 0).map_err(|e| e.to_string())?;
+    let mut restored =
+        World::from_snapshot(r.setup, r.link, "snapshot", &bytes, 0).map_err(|e| e.to_string())?;
     plant(&mut restored);
     let mut checked = 0;
     for i in first..=r.step_count() {
@@ -119,11 +122,19 @@ fn every_replay_restores_at_steps_from_its_own_run() {
             if needed == "first spawn" && full {
                 continue;
             }
-            assert!(reasons.contains(&needed), "{}: no {needed} in its run", spec.name);
+            assert!(
+                reasons.contains(&needed),
+                "{}: no {needed} in its run",
+                spec.name
+            );
         }
         for (&at, why) in &points {
-            let checked = restore_and_check(&r, at, |_| {}).unwrap_or_else(|e| panic!("{}: {why:?}: {e}", spec.name));
-            assert_eq!(checked as u64, r.start_step() + r.step_count() as u64 - at + 1);
+            let checked = restore_and_check(&r, at, |_| {})
+                .unwrap_or_else(|e| panic!("{}: {why:?}: {e}", spec.name));
+            assert_eq!(
+                checked as u64,
+                r.start_step() + r.step_count() as u64 - at + 1
+            );
         }
     }
 }
@@ -139,7 +150,11 @@ fn a_planted_one_unit_velocity_change_after_restore_is_caught() {
                 }
             });
             let err = planted.expect_err("a planted velocity change must be caught");
-            assert!(err.contains(&format!("restored at step {at}")), "{}: {why:?}: {err}", spec.name);
+            assert!(
+                err.contains(&format!("restored at step {at}")),
+                "{}: {why:?}: {err}",
+                spec.name
+            );
         }
     }
 }
@@ -154,13 +169,21 @@ fn a_planted_change_is_caught_by_later_rows_too() {
     for i in 0..at {
         w.step(&r.inputs.ops(i));
     }
-    let mut restored = World::from_snapshot(r.setup, r.link, "snapshot", &w.snapshot(), 0).expect("valid");
-    let b = restored.bodies.iter_mut().find(|b| b.alive && b.pos[0] > 100 && b.pos[0] < 9900).expect("a live body");
+    let mut restored =
+        World::from_snapshot(r.setup, r.link, "snapshot", &w.snapshot(), 0).expect("valid");
+    let b = restored
+        .bodies
+        .iter_mut()
+        .find(|b| b.alive && b.pos[0] > 100 && b.pos[0] < 9900)
+        .expect("a live body");
     b.vel[0] += 1;
     let mut differing = 0;
     for i in at..r.step_count() {
         restored.step(&r.inputs.ops(i));
         differing += (restored.hash() != rows[i + 1]) as usize;
     }
-    assert!(differing > 0, "the planted change never showed in a later row");
+    assert!(
+        differing > 0,
+        "the planted change never showed in a later row"
+    );
 }

@@ -47,9 +47,15 @@ fn committed_testdata_equals_the_generator() {
     // Every committed replay must be one the generator makes (no stale leftovers).
     let generated: Vec<&str> = specs().iter().map(|s| s.name).collect();
     for entry in std::fs::read_dir(&dir).expect("testdata/ exists") {
-        let name = entry.expect("readable dir entry").file_name().to_string_lossy().to_string();
+        let name = entry
+            .expect("readable dir entry")
+            .file_name()
+            .to_string_lossy()
+            .to_string();
         if name.ends_with(".ostm") && !generated.contains(&name.as_str()) {
-            problems.push(format!("testdata/{name}: committed but not made by the generator"));
+            problems.push(format!(
+                "testdata/{name}: committed but not made by the generator"
+            ));
         }
     }
     assert!(
@@ -65,7 +71,10 @@ fn the_comparison_names_a_planted_byte() {
     let mut planted = generated.clone();
     planted[1000] ^= 1;
     let report = compare(&name, &planted, &generated).expect("a changed byte is found");
-    assert!(report.contains("testdata/test-10000.ostm") && report.contains("offset 1000"), "{report}");
+    assert!(
+        report.contains("testdata/test-10000.ostm") && report.contains("offset 1000"),
+        "{report}"
+    );
     let report = compare(&name, &generated[..500], &generated).expect("a short file is found");
     assert!(report.contains("offset 500"), "{report}");
     assert_eq!(compare(&name, &generated, &generated), None);
@@ -80,7 +89,12 @@ fn generating_twice_gives_identical_bytes() {
 fn every_file_has_the_promised_header_and_its_hash_rows_verify() {
     for spec in specs() {
         let r = read(spec.name);
-        assert_eq!(r.flags() & FLAG_HASHES, FLAG_HASHES, "{}: hash rows", spec.name);
+        assert_eq!(
+            r.flags() & FLAG_HASHES,
+            FLAG_HASHES,
+            "{}: hash rows",
+            spec.name
+        );
         assert_eq!(r.setup, spec.setup, "{}", spec.name);
         assert_eq!(r.step_count(), spec.steps as usize, "{}", spec.name);
         match r.verify(|_| {}) {
@@ -89,10 +103,16 @@ fn every_file_has_the_promised_header_and_its_hash_rows_verify() {
         }
     }
     let big = read("test-10000.ostm");
-    assert_eq!((big.setup.dims, big.setup.bodies, big.step_count()), (Dims::Three, 24, 10_000));
+    assert_eq!(
+        (big.setup.dims, big.setup.bodies, big.step_count()),
+        (Dims::Three, 24, 10_000)
+    );
     let flat = read("test-2d-600.ostm");
     assert_eq!((flat.setup.dims, flat.step_count()), (Dims::Two, 600));
-    for (name, dims) in [("test-field-2d.ostm", Dims::Two), ("test-field-3d.ostm", Dims::Three)] {
+    for (name, dims) in [
+        ("test-field-2d.ostm", Dims::Two),
+        ("test-field-3d.ostm", Dims::Three),
+    ] {
         let r = read(name);
         assert_eq!(r.setup.dims, dims, "{name}");
         assert_eq!(r.flags() & FLAG_LINK, FLAG_LINK, "{name}");
@@ -102,7 +122,11 @@ fn every_file_has_the_promised_header_and_its_hash_rows_verify() {
     assert_eq!(snap.flags() & FLAG_START_SNAPSHOT, FLAG_START_SNAPSHOT);
     assert_eq!(snap.start_step(), testdata::START_SNAPSHOT_STEP);
     let start = snap.start.as_ref().expect("start snapshot");
-    assert_eq!(snap.hashes.as_ref().expect("rows")[0], start.hash(), "row 0 is the snapshot's hash");
+    assert_eq!(
+        snap.hashes.as_ref().expect("rows")[0],
+        start.hash(),
+        "row 0 is the snapshot's hash"
+    );
 }
 
 #[test]
@@ -129,9 +153,15 @@ fn the_linked_pair_moves_body_3_at_step_150() {
         panic!("replay shorter than 151 steps");
     };
     let (l_before, l_after) = state(&left);
-    assert!(l_before.alive && !l_after.alive, "left: {l_before:?} -> {l_after:?}");
+    assert!(
+        l_before.alive && !l_after.alive,
+        "left: {l_before:?} -> {l_after:?}"
+    );
     let (r_before, r_after) = state(&right);
-    assert!(!r_before.alive && r_after.alive, "right: {r_before:?} -> {r_after:?}");
+    assert!(
+        !r_before.alive && r_after.alive,
+        "right: {r_before:?} -> {r_after:?}"
+    );
     assert_eq!(r_after.pos, [5000, 5000, 5000]);
 }
 
@@ -176,7 +206,9 @@ fn exercise(r: &Replay) -> Seen {
                 Op::Remove { .. } => {}
             }
             let body = match *op {
-                Op::Impulse { body, .. } | Op::Teleport { body, .. } | Op::Remove { body } => Some(body as usize),
+                Op::Impulse { body, .. } | Op::Teleport { body, .. } | Op::Remove { body } => {
+                    Some(body as usize)
+                }
                 _ => None,
             };
             if let Some(b) = body {
@@ -192,7 +224,8 @@ fn exercise(r: &Replay) -> Seen {
             if let Op::Gravity { g } = *op {
                 seen.gravity_zero |= g == 0;
                 seen.gravity_negative |= g < 0;
-                seen.gravity_back_to_default_after_change |= g == DEFAULT_GRAVITY && changed_gravity;
+                seen.gravity_back_to_default_after_change |=
+                    g == DEFAULT_GRAVITY && changed_gravity;
                 changed_gravity |= g != DEFAULT_GRAVITY;
             }
             if let Op::Spawn { .. } = *op {
@@ -216,11 +249,20 @@ fn the_long_replays_exercise_every_op_and_every_edge() {
         let r = read(name);
         let s = exercise(&r);
         assert_eq!(s.kinds, [true; 5], "{name}: every op kind");
-        assert!(r.setup.bodies < 64 && s.max_slots == MAX_BODIES, "{name}: spawns fill to 64: {s:?}");
+        assert!(
+            r.setup.bodies < 64 && s.max_slots == MAX_BODIES,
+            "{name}: spawns fill to 64: {s:?}"
+        );
         assert!(s.spawn_at_cap, "{name}: a spawn at the cap");
-        assert!(s.gravity_zero && s.gravity_negative && s.gravity_back_to_default_after_change, "{name}: {s:?}");
+        assert!(
+            s.gravity_zero && s.gravity_negative && s.gravity_back_to_default_after_change,
+            "{name}: {s:?}"
+        );
         assert!(s.teleport_outside, "{name}: teleport outside the box");
-        assert!(s.op_on_removed && s.op_out_of_range && s.remove_live, "{name}: {s:?}");
+        assert!(
+            s.op_on_removed && s.op_out_of_range && s.remove_live,
+            "{name}: {s:?}"
+        );
         assert_eq!(s.min, [true; 10], "{name}: i32::MIN in every i32 field");
         assert_eq!(s.max, [true; 10], "{name}: i32::MAX in every i32 field");
         assert!(s.body_at_rest, "{name}: a body comes to rest");
@@ -230,12 +272,22 @@ fn the_long_replays_exercise_every_op_and_every_edge() {
 #[test]
 fn test_10000_ends_quiet_with_bodies_at_rest() {
     let r = read("test-10000.ostm");
-    let last_ops = (r.step_count() - 1000..r.step_count()).filter(|&i| !r.inputs.get(i).is_empty()).count();
+    let last_ops = (r.step_count() - 1000..r.step_count())
+        .filter(|&i| !r.inputs.get(i).is_empty())
+        .count();
     assert_eq!(last_ops, 0, "the last 1000 steps are quiet");
     let mut w = r.start_world();
     for i in 0..r.step_count() {
         w.step(&r.inputs.ops(i));
     }
-    let resting = w.bodies.iter().filter(|b| b.alive && b.still >= 100).count();
-    assert!(resting * 2 > w.alive_count(), "most live bodies rest at the end: {resting} of {}", w.alive_count());
+    let resting = w
+        .bodies
+        .iter()
+        .filter(|b| b.alive && b.still >= 100)
+        .count();
+    assert!(
+        resting * 2 > w.alive_count(),
+        "most live bodies rest at the end: {resting} of {}",
+        w.alive_count()
+    );
 }
