@@ -1,1 +1,51 @@
-fn main(){}
+//! `ostm-host`: steps a test-module world and serves it live over TCP.
+//!
+//! # Layout
+//! - `serve`: the `serve` command: arguments, the accept loop, status lines, shutdown.
+//! - `hub`: what the stepping loop shares with the connections (ring, queues, counters).
+//! - `stepper`: the stepping loop, on its own thread.
+//! - `conn`: one viewer's connection.
+//! - `source`: where the world and its inputs come from.
+
+mod conn;
+mod hub;
+mod serve;
+mod source;
+mod stepper;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Step a deterministic test-module world and serve it live to viewers over TCP.
+///
+/// Exit codes: 0 the stream ended cleanly (steps done, replay done, or Ctrl-C),
+/// 2 bad arguments or a failure. Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=info).
+#[derive(Parser)]
+#[command(name = "ostm-host", version, about, long_about = None)]
+#[command(after_help = "Examples:
+  ostm-host serve
+  ostm-host serve --listen 127.0.0.1:0 --rate max --steps 100000
+  ostm-host serve --replay testdata/test-10000.ostm --record host.ostm")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Step a world and serve it on a TCP address.
+    Serve(serve::Args),
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve::main(args),
+    }
+}

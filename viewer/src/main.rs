@@ -4,6 +4,7 @@
 
 mod cmd;
 mod exit;
+mod live;
 mod render;
 
 use clap::{Parser, Subcommand};
@@ -34,6 +35,10 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Run a replay and compare every hash row by step number.
     Verify(cmd::verify::Args),
+    /// Attach to a live host at any step, verify every step by number, record, report drift.
+    Attach(cmd::attach::Args),
+    /// Attach, verify N steps, and print a one-line verdict (for monitoring scripts).
+    Check(cmd::check::Args),
     /// Print a world's density (per grid vertex) and occupancy (per triangle) at a step.
     Fields(cmd::fields::Args),
     /// Draw a world at a step as SVG or PNG: box, bodies, a field overlay, ghosts.
@@ -64,6 +69,8 @@ fn main() -> ExitCode {
     let exit: Exit = match cli.command {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Verify(a) => cmd::verify::run(a),
+        Command::Attach(a) => cmd::attach::run(a),
+        Command::Check(a) => cmd::check::run(a),
         Command::Fields(a) => cmd::fields::run(a),
         Command::Render(a) => cmd::render::run(a),
         Command::Follow(a) => cmd::follow::run(a),

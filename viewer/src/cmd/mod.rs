@@ -1,5 +1,7 @@
 //! One module per subcommand.
 
+pub mod attach;
+pub mod check;
 pub mod compare;
 pub mod fields;
 pub mod first_difference;

@@ -1,0 +1,380 @@
+//! One viewer's connection: the handshake, then a writer (this task) that sends the
+//! viewer's queue, heartbeats and drift replies, and a reader task that answers what the
+//! viewer sends. Whatever the viewer does, only this connection pays for it.
+
+use crate::hub::{Hub, Joined};
+use futures::{SinkExt, StreamExt};
+use ostm_protocol::wire::{
+    EncodedFrame, End, EndReason, HostCodec, PeerRole, SnapshotKind, ToHost, ToViewer, Welcome,
+    WireError, VERSION,
+};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::time::timeout;
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tracing::{debug, info, warn, Instrument};
+
+/// What every connection is configured with.
+pub struct ConnConfig {
+    /// The shared secret a viewer must send; never logged.
+    pub token: Option<String>,
+    /// A write that makes no progress for this long drops the viewer.
+    pub stall: Duration,
+    /// Nothing received for this long drops the viewer.
+    pub silence: Duration,
+    /// Send a heartbeat after this long with nothing else sent.
+    pub heartbeat: Duration,
+    /// The welcome every viewer gets.
+    pub welcome: Welcome,
+}
+
+type Writer = FramedWrite<OwnedWriteHalf, HostCodec>;
+type Reader = FramedRead<OwnedReadHalf, HostCodec>;
+
+/// What the reader task tells the writer.
+enum Control {
+    Send(ToViewer),
+    Close(End),
+    Gone,
+}
+
+/// Records sent in one write before flushing.
+const BATCH: usize = 64;
+/// How long a refused or ended viewer is given to close its side before the socket drops.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Serves one connection until it ends; `permit` is `None` when the host is full.
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    hub: Arc<Hub>,
+    cfg: Arc<ConnConfig>,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let span = tracing::info_span!("viewer", %peer);
+    async move {
+        let _ = stream.set_nodelay(true);
+        let (r, w) = stream.into_split();
+        let mut reader = FramedRead::new(r, HostCodec::new(peer.to_string()));
+        let mut writer = FramedWrite::new(w, HostCodec::new(peer.to_string()));
+        let Some(_permit) = permit else {
+            hub.counters.refused.fetch_add(1, Ordering::Relaxed);
+            info!("refused: the host is full");
+            let end = End {
+                reason: EndReason::Full,
+                text: "the host serves its maximum number of viewers".into(),
+                host_step: hub.step(),
+            };
+            refuse(&mut writer, reader, end, cfg.stall).await;
+            return;
+        };
+        if let Err(end) = handshake(&mut reader, &hub, &cfg).await {
+            hub.counters.refused.fetch_add(1, Ordering::Relaxed);
+            info!(reason = end.reason.name(), "refused: {}", end.text);
+            refuse(&mut writer, reader, end, cfg.stall).await;
+            return;
+        }
+        let Some(joined) = hub.join(None, None) else {
+            let end = hub.ended().unwrap_or_else(|| End {
+                reason: EndReason::Shutdown,
+                text: "the stream has ended".into(),
+                host_step: hub.step(),
+            });
+            refuse(&mut writer, reader, end, cfg.stall).await;
+            return;
+        };
+        hub.counters.viewers.fetch_add(1, Ordering::Relaxed);
+        hub.counters.viewers_total.fetch_add(1, Ordering::Relaxed);
+        info!(id = joined.id, step = joined.world.step, "viewer attached");
+        let id = joined.id;
+        stream_to(&mut writer, reader, joined, &hub, &cfg).await;
+        hub.leave(id);
+        hub.counters.viewers.fetch_sub(1, Ordering::Relaxed);
+        info!(id, "viewer detached");
+    }
+    .instrument(span)
+    .await
+}
+
+/// Reads the hello and checks version, role and token; `Err` is the refusal to send.
+async fn handshake(reader: &mut Reader, hub: &Hub, cfg: &ConnConfig) -> Result<(), End> {
+    let refuse = |reason, text: String| End {
+        reason,
+        text,
+        host_step: hub.step(),
+    };
+    let hello = match timeout(cfg.silence, reader.next()).await {
+        Err(_) => {
+            return Err(refuse(
+                EndReason::Silent,
+                format!("no hello within {} ms", cfg.silence.as_millis()),
+            ))
+        }
+        Ok(None) => {
+            return Err(refuse(
+                EndReason::NotAViewer,
+                "closed before its hello".into(),
+            ))
+        }
+        Ok(Some(Err(WireError::Io(e)))) => {
+            return Err(refuse(
+                EndReason::NotAViewer,
+                format!("failed before its hello: {e}"),
+            ))
+        }
+        Ok(Some(Err(WireError::Format(e)))) => {
+            hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(refuse(
+                EndReason::NotAViewer,
+                format!("not an ostm viewer: {e}"),
+            ));
+        }
+        Ok(Some(Ok(ToHost::Hello(h)))) => h,
+        Ok(Some(Ok(other))) => {
+            return Err(refuse(
+                EndReason::NotAViewer,
+                format!("expected a hello first, found {}", name(&other)),
+            ))
+        }
+    };
+    if hello.version != VERSION {
+        return Err(refuse(
+            EndReason::VersionMismatch,
+            format!(
+                "the host speaks protocol version {VERSION}, the viewer sent version {}",
+                hello.version
+            ),
+        ));
+    }
+    if hello.role != PeerRole::Viewer as u8 {
+        return Err(refuse(
+            EndReason::NotAViewer,
+            format!("expected role 1 (viewer), found role {}", hello.role),
+        ));
+    }
+    if let Some(token) = &cfg.token {
+        if hello.token != token.as_bytes() {
+            let why = if hello.token.is_empty() {
+                "this host requires a token; none was sent"
+            } else {
+                "the token does not match"
+            };
+            return Err(refuse(EndReason::BadToken, why.into()));
+        }
+    }
+    Ok(())
+}
+
+fn name(m: &ToHost) -> &'static str {
+    match m {
+        ToHost::Hello(_) => "hello",
+        ToHost::DriftRequest { .. } => "drift request",
+        ToHost::Heartbeat { .. } => "heartbeat",
+    }
+}
+
+/// Sends `end`, closes our side, and gives the peer a moment to close its own, so the
+/// end message is read rather than lost to a reset.
+async fn refuse(writer: &mut Writer, mut reader: Reader, end: End, stall: Duration) {
+    let sent = timeout(stall, async {
+        writer.send(ToViewer::End(end)).await?;
+        writer.get_mut().shutdown().await?;
+        Ok::<(), WireError>(())
+    })
+    .await;
+    if matches!(sent, Ok(Ok(()))) {
+        let _ = timeout(LINGER, async {
+            while let Some(Ok(_)) = reader.next().await {}
+        })
+        .await;
+    }
+}
+
+async fn send_frames(
+    writer: &mut Writer,
+    frames: Vec<EncodedFrame>,
+    stall: Duration,
+) -> Result<(), String> {
+    let write = async {
+        for f in frames {
+            writer.feed(f).await?;
+        }
+        SinkExt::<EncodedFrame>::flush(writer).await
+    };
+    match timeout(stall, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("write failed: {e}")),
+        Err(_) => Err(format!(
+            "stalled: no write progress for {} ms",
+            stall.as_millis()
+        )),
+    }
+}
+
+fn encode(msg: &ToViewer) -> Vec<EncodedFrame> {
+    // Every message the host builds fits a frame; a failure here is logged and skipped.
+    match HostCodec::encode_frame(msg) {
+        Ok(f) => vec![f],
+        Err(e) => {
+            warn!("cannot encode a message: {e}");
+            Vec::new()
+        }
+    }
+}
+
+/// Streams to an attached viewer until the stream ends, the viewer goes, or it stalls.
+async fn stream_to(
+    writer: &mut Writer,
+    reader: Reader,
+    joined: Joined,
+    hub: &Arc<Hub>,
+    cfg: &ConnConfig,
+) {
+    let Joined {
+        id,
+        world,
+        mut rx,
+        flags,
+    } = joined;
+    let hello = [
+        ToViewer::Welcome(cfg.welcome),
+        ToViewer::Snapshot {
+            kind: SnapshotKind::Attach,
+            world,
+        },
+    ];
+    let first: Vec<EncodedFrame> = hello.iter().flat_map(encode).collect();
+    if let Err(e) = send_frames(writer, first, cfg.stall).await {
+        debug!("{e}");
+        return;
+    }
+    let (ctl_tx, mut ctl_rx) = mpsc::channel::<Control>(8);
+    let read_task =
+        tokio::spawn(read_loop(reader, ctl_tx, hub.clone(), cfg.silence).in_current_span());
+    let stop = loop {
+        let frames = tokio::select! {
+            biased;
+            c = ctl_rx.recv() => match c {
+                Some(Control::Send(m)) => encode(&m),
+                Some(Control::Close(end)) => break Some(end),
+                Some(Control::Gone) | None => break None,
+            },
+            f = rx.recv() => match f {
+                Some(f) => {
+                    let mut batch = vec![f];
+                    while batch.len() < BATCH {
+                        match rx.try_recv() {
+                            Ok(f) => batch.push(f),
+                            Err(_) => break,
+                        }
+                    }
+                    batch
+                }
+                None => {
+                    if let Some(end) = hub.ended() {
+                        break Some(end);
+                    }
+                    if !flags.resync.load(Ordering::SeqCst) {
+                        break None;
+                    }
+                    let Some(again) = hub.join(Some(id), Some(flags.clone())) else {
+                        continue;
+                    };
+                    debug!(step = again.world.step, "resync");
+                    rx = again.rx;
+                    encode(&ToViewer::Snapshot { kind: SnapshotKind::Resync, world: again.world })
+                }
+            },
+            _ = tokio::time::sleep(cfg.heartbeat) => encode(&ToViewer::Heartbeat { host_step: hub.step() }),
+        };
+        if let Err(e) = send_frames(writer, frames, cfg.stall).await {
+            if e.starts_with("stalled") {
+                hub.counters.stalled.fetch_add(1, Ordering::Relaxed);
+                warn!("dropped: {e}");
+            } else {
+                debug!("{e}");
+            }
+            read_task.abort();
+            return;
+        }
+    };
+    if let Some(end) = stop {
+        debug!(reason = end.reason.name(), "sending end");
+        let sent = send_frames(writer, encode(&ToViewer::End(end)), cfg.stall).await;
+        if sent.is_ok() && writer.get_mut().shutdown().await.is_ok() {
+            // Wait for the viewer to close its side (the reader then finishes).
+            let _ = timeout(LINGER, async { while ctl_rx.recv().await.is_some() {} }).await;
+        }
+    }
+    read_task.abort();
+}
+
+async fn read_loop(
+    mut reader: Reader,
+    ctl: mpsc::Sender<Control>,
+    hub: Arc<Hub>,
+    silence: Duration,
+) {
+    loop {
+        let msg = match timeout(silence, reader.next()).await {
+            Err(_) => {
+                let text = format!("nothing received for {} ms", silence.as_millis());
+                let _ = ctl
+                    .send(Control::Close(End {
+                        reason: EndReason::Silent,
+                        text,
+                        host_step: hub.step(),
+                    }))
+                    .await;
+                return;
+            }
+            Ok(None) | Ok(Some(Err(WireError::Io(_)))) => {
+                let _ = ctl.send(Control::Gone).await;
+                return;
+            }
+            Ok(Some(Err(WireError::Format(e)))) => {
+                hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                warn!("protocol error: {e}");
+                let _ = ctl
+                    .send(Control::Close(End {
+                        reason: EndReason::ProtocolError,
+                        text: e.to_string(),
+                        host_step: hub.step(),
+                    }))
+                    .await;
+                return;
+            }
+            Ok(Some(Ok(m))) => m,
+        };
+        match msg {
+            ToHost::Heartbeat { viewer_step } => debug!(viewer_step, "heartbeat"),
+            ToHost::DriftRequest { step } => {
+                let reply = hub.drift(step);
+                info!(step, status = ?reply.status, "drift request answered");
+                if ctl
+                    .send(Control::Send(ToViewer::DriftReply(reply)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            ToHost::Hello(_) => {
+                hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                let end = End {
+                    reason: EndReason::ProtocolError,
+                    text: "a second hello".into(),
+                    host_step: hub.step(),
+                };
+                let _ = ctl.send(Control::Close(end)).await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! `ostm-host serve`: binds, prints the bound address as its first stdout line, steps the
+//! world on its own thread, accepts viewers, prints a status line every interval, and
+//! ends every viewer's stream with a reason when the steps are done or on Ctrl-C.
+
+use crate::conn::{self, ConnConfig};
+use crate::hub::{Hub, Limits};
+use crate::source::{Source, DEFAULT_SETUP};
+use crate::stepper::{self, Plan};
+use ostm_protocol::wire::{
+    End, EndReason, PeerRole, Welcome, DEFAULT_PORT, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
+};
+use ostm_protocol::world::MAX_BODIES;
+use ostm_protocol::{Dims, Setup};
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Default cap on connected viewers.
+pub const DEFAULT_MAX_VIEWERS: usize = 256;
+/// Default records queued per viewer before it is resynced.
+pub const DEFAULT_QUEUE: u32 = 256;
+/// Default recent worlds held for drift requests.
+pub const DEFAULT_RING: u32 = 512;
+/// How long the host waits, once the stream has ended, for connections to deliver what
+/// is queued and their end message (or the stall timeout, if shorter).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Default stall timeout in milliseconds.
+pub const DEFAULT_STALL_MS: u64 = 10_000;
+
+/// Arguments of `serve`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  ostm-host serve                                        # the embedded world, 60 steps/s, 127.0.0.1:7878
+  ostm-host serve --listen 127.0.0.1:0 --rate max --steps 100000
+  ostm-host serve --dims 2 --bodies 8 --seed 42
+  ostm-host serve --replay testdata/test-10000.ostm --record host.ostm
+  ostm-host serve --listen 0.0.0.0:7878 --token \"$OSTM_TOKEN\"   # any non-loopback address needs a token
+
+The first line on stdout is `ostm-host listening on ADDR` (the bound address, so port 0
+picks a free one). Then a status line every --status-ms, and a last `end:` line.")]
+pub struct Args {
+    /// Address to listen on; port 0 picks a free port. Any address other than loopback
+    /// requires --token.
+    #[arg(long, default_value_t = SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)))]
+    pub listen: SocketAddr,
+    /// Steps per second, or `max` to step as fast as the host can.
+    #[arg(long, default_value = "60", value_parser = parse_rate)]
+    pub rate: Rate,
+    /// Stop after this many steps (the stream ends with reason `finished`).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Dimensions of a generated world (2 or 3; default 3).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(2..=3), conflicts_with = "replay")]
+    pub dims: Option<u8>,
+    /// Initial bodies of a generated world (1..=64; default 24).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=MAX_BODIES as i64), conflicts_with = "replay")]
+    pub bodies: Option<u8>,
+    /// Seed of a generated world and its inputs (default 10000).
+    #[arg(long, conflicts_with = "replay")]
+    pub seed: Option<u32>,
+    /// Play this replay's inputs (from its start snapshot when it has one) instead of a
+    /// generated world; the stream ends after its last step.
+    #[arg(long)]
+    pub replay: Option<PathBuf>,
+    /// Record the host's own session to this `.ostm` file (hash rows; the start snapshot
+    /// when the world did not start at step 0).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    /// Shared secret viewers must send (required on a non-loopback address). Never logged.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Most viewers connected at once; more are refused with reason `full`.
+    #[arg(long, default_value_t = DEFAULT_MAX_VIEWERS)]
+    pub max_viewers: usize,
+    /// Records queued per viewer; a viewer further behind is resynced from a fresh snapshot.
+    #[arg(long, default_value_t = DEFAULT_QUEUE, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub viewer_queue: u32,
+    /// Recent worlds kept to answer drift requests.
+    #[arg(long, default_value_t = DEFAULT_RING, value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    pub ring: u32,
+    /// Drop a viewer when a write to it makes no progress for this many milliseconds.
+    #[arg(long, default_value_t = DEFAULT_STALL_MS)]
+    pub stall_ms: u64,
+    /// Milliseconds between status lines on stdout (0: none, only the last line).
+    #[arg(long, default_value_t = 1000)]
+    pub status_ms: u64,
+    /// Print the address, status and end lines as JSON objects, one per line.
+    #[arg(long)]
+    pub json: bool,
+    /// Test only: at step STEP, add 1 to body BODY's velocity.y with no record saying so.
+    #[arg(long, hide = true, value_parser = parse_perturb)]
+    pub perturb: Option<(u64, u8)>,
+    /// Benchmark only: write `step unix-nanoseconds` lines for every 64th step to FILE.
+    #[arg(long, hide = true)]
+    pub stamps: Option<PathBuf>,
+}
+
+/// Steps per second, or as fast as possible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    PerSecond(u32),
+    Max,
+}
+
+fn parse_rate(s: &str) -> Result<Rate, String> {
+    if s == "max" {
+        return Ok(Rate::Max);
+    }
+    match s.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(Rate::PerSecond(n)),
+        _ => Err(format!(
+            "expected a positive number of steps per second or `max`, found `{s}`"
+        )),
+    }
+}
+
+fn parse_perturb(s: &str) -> Result<(u64, u8), String> {
+    let (a, b) = s
+        .split_once(':')
+        .ok_or_else(|| format!("expected STEP:BODY, found `{s}`"))?;
+    let step = a
+        .parse()
+        .map_err(|_| format!("expected a step number, found `{a}`"))?;
+    let body = b
+        .parse()
+        .map_err(|_| format!("expected a body index 0..=255, found `{b}`"))?;
+    Ok((step, body))
+}
+
+/// Runs `serve` on a runtime of its own; Ctrl-C stops it cleanly.
+pub fn main(args: Args) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    rt.block_on(async {
+        let shutdown = async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        match run(args, shutdown).await {
+            Ok(end) if end.reason.is_clean() => ExitCode::SUCCESS,
+            Ok(_) => ExitCode::from(2),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        }
+    })
+}
+
+fn say(json: bool, plain: String, obj: serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = if json {
+        writeln!(out, "{obj}")
+    } else {
+        writeln!(out, "{plain}")
+    };
+    let _ = out.flush();
+}
+
+/// Serves until the stream ends; `shutdown` completing stops the host cleanly.
+///
+/// # Errors
+/// Bad arguments (a non-loopback address without a token, an unreadable replay) or a
+/// failure to bind.
+pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, String> {
+    if !args.listen.ip().is_loopback() && args.token.as_deref().is_none_or(str::is_empty) {
+        return Err(format!(
+            "--listen {} is not a loopback address: --token is required",
+            args.listen
+        ));
+    }
+    let source = match &args.replay {
+        Some(path) => Source::replay(path).map_err(|e| e.to_string())?,
+        None => {
+            let dims = match args.dims.unwrap_or(3) {
+                2 => Dims::Two,
+                _ => Dims::Three,
+            };
+            Source::generated(Setup {
+                dims,
+                bodies: args.bodies.unwrap_or(DEFAULT_SETUP.bodies),
+                seed: args.seed.unwrap_or(DEFAULT_SETUP.seed),
+            })
+        }
+    };
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    say(
+        args.json,
+        format!("ostm-host listening on {addr}"),
+        serde_json::json!({"event": "listening", "addr": addr.to_string()}),
+    );
+    let w = source.world();
+    info!(%addr, step = w.step, dims = w.dims() as u8, bodies = w.bodies.len(), seed = w.setup().seed, "serving");
+
+    let rate = match args.rate {
+        Rate::PerSecond(n) => Some(n),
+        Rate::Max => None,
+    };
+    let hub = Arc::new(Hub::new(
+        source.world().clone(),
+        Limits {
+            queue: args.viewer_queue as usize,
+            ring: args.ring as usize,
+        },
+    ));
+    let cfg = Arc::new(ConnConfig {
+        token: args.token.clone().filter(|t| !t.is_empty()),
+        stall: Duration::from_millis(args.stall_ms.max(1)),
+        silence: Duration::from_millis(SILENCE_TIMEOUT_MS as u64),
+        heartbeat: Duration::from_millis(HEARTBEAT_MS as u64),
+        welcome: Welcome {
+            version: VERSION,
+            role: PeerRole::Host as u8,
+            rate: rate.unwrap_or(0),
+            heartbeat_ms: HEARTBEAT_MS,
+            ring: args.ring,
+            queue: args.viewer_queue,
+        },
+    });
+    let plan = Plan {
+        rate,
+        steps: args.steps,
+        perturb: args.perturb,
+        record: args.record.clone(),
+        stamps: args.stamps.clone(),
+    };
+    let cancel = CancellationToken::new();
+    let mut stepping = {
+        let (hub, cancel) = (hub.clone(), cancel.clone());
+        tokio::task::spawn_blocking(move || stepper::run(hub, source, plan, cancel))
+    };
+    let slots = Arc::new(Semaphore::new(args.max_viewers));
+    let mut conns = JoinSet::new();
+    let mut status = tokio::time::interval(Duration::from_millis(args.status_ms.max(1)));
+    status.tick().await;
+    tokio::pin!(shutdown);
+    let mut stopping = false;
+    let end = loop {
+        tokio::select! {
+            done = &mut stepping => {
+                break done.unwrap_or_else(|e| End { reason: EndReason::HostError, text: format!("the stepping loop failed: {e}"), host_step: hub.step() });
+            }
+            _ = &mut shutdown, if !stopping => {
+                info!("stopping");
+                stopping = true;
+                cancel.cancel();
+            }
+            acc = listener.accept() => match acc {
+                Ok((stream, peer)) => {
+                    let permit = slots.clone().try_acquire_owned().ok();
+                    conns.spawn(conn::serve(stream, peer, hub.clone(), cfg.clone(), permit));
+                }
+                Err(e) => {
+                    warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = status.tick(), if args.status_ms > 0 => print_status(&hub, args.json, None),
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    };
+    drop(listener);
+    // Give every connection a bounded time to deliver its queue and end message.
+    let wait = cfg.stall.min(SHUTDOWN_GRACE);
+    if tokio::time::timeout(wait, async { while conns.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
+        warn!(left = conns.len(), "connections still open at exit");
+        conns.abort_all();
+    }
+    print_status(&hub, args.json, Some(&end));
+    Ok(end)
+}
+
+fn print_status(hub: &Hub, json: bool, end: Option<&End>) {
+    let c = &hub.counters;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let step = end.map_or_else(|| hub.step(), |e| e.host_step);
+    let body = format!(
+        "step {step} viewers {} total {} resyncs {} stalled {} refused {} protocol-errors {} drift-requests {} queue-max {}/{}",
+        get(&c.viewers),
+        get(&c.viewers_total),
+        get(&c.resyncs),
+        get(&c.stalled),
+        get(&c.refused),
+        get(&c.protocol_errors),
+        get(&c.drift_requests),
+        get(&c.queue_max),
+        hub.limits.queue,
+    );
+    let mut obj = serde_json::json!({
+        "event": if end.is_some() { "end" } else { "status" },
+        "step": step,
+        "viewers": get(&c.viewers),
+        "viewers_total": get(&c.viewers_total),
+        "resyncs": get(&c.resyncs),
+        "stalled": get(&c.stalled),
+        "refused": get(&c.refused),
+        "protocol_errors": get(&c.protocol_errors),
+        "drift_requests": get(&c.drift_requests),
+        "queue_max": get(&c.queue_max),
+        "queue_cap": hub.limits.queue,
+    });
+    let plain = match end {
+        Some(e) => {
+            obj["reason"] = e.reason.name().into();
+            obj["text"] = e.text.clone().into();
+            format!("end: {} ({}): {body}", e.reason.name(), e.text)
+        }
+        None => body,
+    };
+    say(json, plain, obj);
+}

@@ -1,0 +1,187 @@
+//! The stepping loop: runs on its own thread, steps the world at the asked rate, and
+//! publishes each step to the hub without ever waiting on a viewer.
+
+use crate::hub::Hub;
+use crate::source::Source;
+use ostm_protocol::recording::Recorder;
+use ostm_protocol::wire::{End, EndReason, HostCodec, Record, ToViewer};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// What the stepping loop is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Steps per second; `None` runs as fast as it can.
+    pub rate: Option<u32>,
+    /// Stop after this many steps.
+    pub steps: Option<u64>,
+    /// Test only: after the step that brings the world to `.0`, add 1 to body `.1`'s
+    /// velocity.y before hashing, with no record saying so.
+    pub perturb: Option<(u64, u8)>,
+    /// Record the host's own session here.
+    pub record: Option<PathBuf>,
+    /// Benchmark only: append `step unix-nanoseconds` for every step whose resulting world
+    /// step is a multiple of [`STAMP_EVERY`], taken just before the step is published.
+    pub stamps: Option<PathBuf>,
+}
+
+/// Steps between two timestamps written for `--stamps`.
+pub const STAMP_EVERY: u64 = 64;
+
+/// Longest single sleep, so a stop request is seen quickly even at a slow rate.
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+/// Runs until the plan is done, the replay runs out, or `cancel` fires; then ends the
+/// hub's stream with the reason. Returns how the stream ended.
+pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationToken) -> End {
+    let end = |reason, text: String, step| End {
+        reason,
+        text,
+        host_step: step,
+    };
+    let mut recorder = match &plan.record {
+        Some(path) => {
+            let start_snapshot =
+                matches!(&source, Source::Replay { replay, .. } if replay.start.is_some());
+            match Recorder::create(path, source.world(), start_snapshot) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    let e = end(
+                        EndReason::HostError,
+                        format!("cannot record to {}: {e}", path.display()),
+                        source.world().step,
+                    );
+                    hub.end(e.clone());
+                    return e;
+                }
+            }
+        }
+        None => None,
+    };
+    let mut stamps = match &plan.stamps {
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => Some(std::io::BufWriter::new(f)),
+            Err(e) => {
+                warn!(path = %p.display(), "cannot write stamps: {e}");
+                None
+            }
+        },
+        None => None,
+    };
+    let started = Instant::now();
+    let mut done: u64 = 0;
+    let result = loop {
+        if cancel.is_cancelled() {
+            break end(
+                EndReason::Shutdown,
+                "the host was stopped".into(),
+                source.world().step,
+            );
+        }
+        if plan.steps == Some(done) {
+            break end(
+                EndReason::Finished,
+                format!("the host ran its {done} steps"),
+                source.world().step,
+            );
+        }
+        if let Some(rate) = plan.rate {
+            let due = started + Duration::from_secs_f64(done as f64 / rate.max(1) as f64);
+            let mut now = Instant::now();
+            while now < due && !cancel.is_cancelled() {
+                std::thread::sleep((due - now).min(SLEEP_SLICE));
+                now = Instant::now();
+            }
+            if cancel.is_cancelled() {
+                continue;
+            }
+        }
+        let Some(input) = source.next_input() else {
+            break end(
+                EndReason::Finished,
+                "the replay's last step was served".into(),
+                source.world().step,
+            );
+        };
+        let world = source.world_mut();
+        let step = world.step;
+        world.step(&input.ops);
+        if let Some((at, body)) = plan.perturb {
+            if world.step == at {
+                match world.bodies.get_mut(body as usize).filter(|b| b.alive) {
+                    Some(b) => {
+                        b.vel[1] = b.vel[1].wrapping_add(1);
+                        warn!(step = at, body, "perturbed the host's world (test only)");
+                    }
+                    None => warn!(step = at, body, "not perturbed: no live body there"),
+                }
+            }
+        }
+        let hash = world.hash();
+        if let Some(expected) = input.expected_hash {
+            if expected != hash {
+                warn!(
+                    step = world.step,
+                    expected, hash, "the replay's hash row differs from the host's world"
+                );
+            }
+        }
+        let record = ToViewer::Record(Record {
+            step,
+            hash,
+            input: input.bytes.clone(),
+        });
+        let frame = match HostCodec::encode_frame(&record) {
+            Ok(f) => f,
+            Err(e) => {
+                break end(
+                    EndReason::HostError,
+                    format!("cannot encode step {step}: {e}"),
+                    step,
+                )
+            }
+        };
+        if let Some(out) = stamps.as_mut().filter(|_| world.step % STAMP_EVERY == 0) {
+            use std::io::Write;
+            let ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let _ = writeln!(out, "{} {ns}", world.step);
+        }
+        hub.publish(world, input.bytes.clone(), &frame);
+        if let Some(r) = recorder.as_mut() {
+            if let Err(e) = r.push(&input.bytes, hash) {
+                break end(
+                    EndReason::HostError,
+                    format!("cannot record step {step}: {e}"),
+                    step + 1,
+                );
+            }
+        }
+        done += 1;
+    };
+    // Tell the viewers first: finishing a long recording must not delay their end message.
+    hub.end(result.clone());
+    if let Some(mut out) = stamps {
+        use std::io::Write;
+        let _ = out.flush();
+    }
+    if let Some(r) = recorder {
+        let path = r.path().to_path_buf();
+        match r.finish() {
+            Ok(n) => info!(steps = n, path = %path.display(), "host recording written"),
+            Err(e) => {
+                warn!(path = %path.display(), "cannot finish the host recording: {e}");
+                return end(
+                    EndReason::HostError,
+                    format!("cannot finish the recording {}: {e}", path.display()),
+                    result.host_step,
+                );
+            }
+        }
+    }
+    result
+}

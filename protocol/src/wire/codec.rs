@@ -1,0 +1,188 @@
+//! Framing: `length u32 | payload`, with the length checked against [`MAX_FRAME_LEN`]
+//! before a byte of the payload is buffered for.
+//!
+//! The codec counts the bytes it has consumed on its connection, so a malformed frame is
+//! a [`FormatError`] naming its offset within the stream, e.g.
+//! `127.0.0.1:50412: at offset 4107: expected opcode 1..=5, found 9`.
+
+use super::msg::Message;
+use super::{ToHost, ToViewer, MAX_FRAME_LEN};
+use crate::cursor::Cursor;
+use crate::error::FormatError;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use std::marker::PhantomData;
+use tokio_util::codec::{Decoder, Encoder};
+
+/// The length prefix's size.
+const HEAD: usize = 4;
+
+/// A codec error: malformed bytes (the connection is then closed) or an I/O failure.
+#[derive(Debug)]
+pub enum WireError {
+    /// The peer sent bytes that are not a valid frame.
+    Format(FormatError),
+    /// The socket failed.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WireError::Format(e) => e.fmt(f),
+            WireError::Io(e) => write!(f, "connection failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+impl From<std::io::Error> for WireError {
+    fn from(e: std::io::Error) -> Self {
+        WireError::Io(e)
+    }
+}
+
+impl From<FormatError> for WireError {
+    fn from(e: FormatError) -> Self {
+        WireError::Format(e)
+    }
+}
+
+/// A frame already encoded by [`Codec::encode_frame`] (length prefix included), so the
+/// host encodes each record once and hands the same bytes to every viewer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedFrame(pub Bytes);
+
+/// Decodes frames of `D` and encodes frames of `E` on one connection.
+#[derive(Debug)]
+pub struct Codec<D, E> {
+    /// Names the connection in errors (a peer address, or `stream`).
+    name: String,
+    /// Bytes of whole frames consumed so far: the stream offset of the next frame.
+    consumed: u64,
+    _types: PhantomData<fn() -> (D, E)>,
+}
+
+/// The host's side: decodes viewer messages, encodes host messages.
+pub type HostCodec = Codec<ToHost, ToViewer>;
+/// The viewer's side: decodes host messages, encodes viewer messages.
+pub type ViewerCodec = Codec<ToViewer, ToHost>;
+
+impl<D, E: Message> Codec<D, E> {
+    /// A codec for a fresh connection named `name` in errors.
+    pub fn new(name: impl Into<String>) -> Self {
+        Codec {
+            name: name.into(),
+            consumed: 0,
+            _types: PhantomData,
+        }
+    }
+
+    /// Bytes of whole frames consumed so far.
+    pub fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// Encodes one message as a whole frame, length prefix included.
+    ///
+    /// # Errors
+    /// A message whose payload would exceed [`MAX_FRAME_LEN`] (none that this crate
+    /// builds can: the largest is a record with a 65 535-byte input).
+    pub fn encode_frame(msg: &E) -> Result<EncodedFrame, std::io::Error> {
+        let mut out = BytesMut::new();
+        put_frame(msg, &mut out)?;
+        Ok(EncodedFrame(out.freeze()))
+    }
+}
+
+fn put_frame(msg: &impl Message, dst: &mut BytesMut) -> Result<(), std::io::Error> {
+    let start = dst.len();
+    dst.put_u32_le(0);
+    msg.encode(dst);
+    let len = dst.len() - start - HEAD;
+    if len > MAX_FRAME_LEN {
+        dst.truncate(start);
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("frame of {len} bytes exceeds the maximum {MAX_FRAME_LEN}"),
+        ));
+    }
+    dst[start..start + HEAD].copy_from_slice(&(len as u32).to_le_bytes());
+    Ok(())
+}
+
+impl<D: Message, E> Decoder for Codec<D, E> {
+    type Item = D;
+    type Error = WireError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<D>, WireError> {
+        if src.len() < HEAD {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]) as usize;
+        if len == 0 || len > MAX_FRAME_LEN {
+            return Err(FormatError::new(
+                &self.name,
+                self.consumed,
+                format!("expected frame length 1..={MAX_FRAME_LEN}, found {len}"),
+            )
+            .into());
+        }
+        if src.len() < HEAD + len {
+            // Checked against the maximum above: this never reserves more than one frame.
+            src.reserve(HEAD + len - src.len());
+            return Ok(None);
+        }
+        src.advance(HEAD);
+        let payload = src.split_to(len);
+        let base = self.consumed + HEAD as u64;
+        let mut c = Cursor::new(&self.name, &payload, base);
+        let msg = D::decode(&mut c, &self.name)?;
+        c.finish("frame")?;
+        self.consumed = base + len as u64;
+        Ok(Some(msg))
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<D>, WireError> {
+        match self.decode(src)? {
+            Some(msg) => Ok(Some(msg)),
+            None if src.is_empty() => Ok(None),
+            None => {
+                let want = if src.len() < HEAD {
+                    format!("a {HEAD}-byte frame length")
+                } else {
+                    let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]);
+                    format!("{len} frame bytes")
+                };
+                let have = src.len().saturating_sub(HEAD);
+                let found = if src.len() < HEAD { src.len() } else { have };
+                let e = FormatError::new(
+                    &self.name,
+                    self.consumed,
+                    format!(
+                        "connection closed inside a frame: expected {want}, found {found} bytes"
+                    ),
+                );
+                src.clear();
+                Err(e.into())
+            }
+        }
+    }
+}
+
+impl<D, E: Message> Encoder<E> for Codec<D, E> {
+    type Error = WireError;
+
+    fn encode(&mut self, msg: E, dst: &mut BytesMut) -> Result<(), WireError> {
+        Ok(put_frame(&msg, dst)?)
+    }
+}
+
+impl<D, E> Encoder<EncodedFrame> for Codec<D, E> {
+    type Error = WireError;
+
+    fn encode(&mut self, frame: EncodedFrame, dst: &mut BytesMut) -> Result<(), WireError> {
+        dst.extend_from_slice(&frame.0);
+        Ok(())
+    }
+}

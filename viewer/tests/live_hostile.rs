@@ -1,0 +1,410 @@
+//! Hostile and heavy peers: garbage and truncated frames both ways, wrong versions and
+//! roles, tokens, the viewer cap, 100 viewers at once, and a viewer that never reads.
+//! Each costs only its own connection; the host keeps stepping and serving.
+
+mod live_support;
+
+use bytes::BytesMut;
+use live_support::*;
+use ostm_protocol::wire::{EndReason, HostCodec, ToViewer, ViewerCodec, Welcome, WireError};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use tokio_util::codec::Decoder;
+
+/// A hello frame built by hand from docs/protocol.md: type 0x01, magic, version, role, token.
+fn hello(version: u16, role: u8, token: &[u8]) -> Vec<u8> {
+    let mut p = vec![0x01];
+    p.extend_from_slice(b"OSTMLIVE");
+    p.extend_from_slice(&version.to_le_bytes());
+    p.push(role);
+    p.push(token.len() as u8);
+    p.extend_from_slice(token);
+    let mut f = (p.len() as u32).to_le_bytes().to_vec();
+    f.extend(p);
+    f
+}
+
+fn raw(addr: &str) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    s
+}
+
+/// Reads everything the host sends until it closes, and decodes it.
+fn read_all(mut s: TcpStream) -> Vec<ToViewer> {
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let mut src = BytesMut::from(&buf[..]);
+    let mut dec = ViewerCodec::new("host");
+    let mut out = Vec::new();
+    while let Ok(Some(m)) = dec.decode_eof(&mut src) {
+        out.push(m);
+    }
+    out
+}
+
+#[track_caller]
+fn ended_with(msgs: &[ToViewer], reason: EndReason, text: &str) {
+    match msgs.last() {
+        Some(ToViewer::End(e)) => {
+            assert_eq!(e.reason, reason, "{e:?}");
+            assert!(
+                e.text.contains(text),
+                "{:?} does not contain {text:?}",
+                e.text
+            );
+        }
+        other => panic!("expected an end message, found {other:?}"),
+    }
+}
+
+#[test]
+fn garbage_truncation_wrong_version_and_wrong_role_cost_only_their_connection() {
+    let mut host = Host::start(&["--rate", "500", "--json", "--status-ms", "50"]);
+    // An HTTP client: its first four bytes read as a length far above the maximum.
+    let mut s = raw(&host.addr);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    ended_with(
+        &read_all(s),
+        EndReason::NotAViewer,
+        "at offset 0: expected frame length 1..=65554, found 542393671",
+    );
+    // A version this host does not speak.
+    let mut s = raw(&host.addr);
+    s.write_all(&hello(9, 1, b"")).unwrap();
+    ended_with(
+        &read_all(s),
+        EndReason::VersionMismatch,
+        "the host speaks protocol version 1, the viewer sent version 9",
+    );
+    // A host, not a viewer.
+    let mut s = raw(&host.addr);
+    s.write_all(&hello(1, 2, b"")).unwrap();
+    ended_with(
+        &read_all(s),
+        EndReason::NotAViewer,
+        "expected role 1 (viewer), found role 2",
+    );
+    // A viewer that attaches, then sends half a frame and closes its side.
+    let mut s = raw(&host.addr);
+    s.write_all(&hello(1, 1, b"")).unwrap();
+    s.write_all(&[9, 0, 0, 0, 0x03, 1, 2]).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let msgs = read_all(s);
+    assert!(
+        matches!(
+            msgs.first(),
+            Some(ToViewer::Welcome(Welcome { version: 1, .. }))
+        ),
+        "{msgs:?}"
+    );
+    // A hello with no token is 4 + 1 + 8 + 2 + 1 + 1 = 17 bytes: the cut frame starts there.
+    ended_with(
+        &msgs,
+        EndReason::ProtocolError,
+        "at offset 17: connection closed inside a frame: expected 9 frame bytes, found 3 bytes",
+    );
+    // A viewer that sends an unknown message type after attaching.
+    let mut s = raw(&host.addr);
+    s.write_all(&hello(1, 1, b"")).unwrap();
+    s.write_all(&[1, 0, 0, 0, 0x7e]).unwrap();
+    ended_with(
+        &read_all(s),
+        EndReason::ProtocolError,
+        "at offset 21: expected a viewer message type 0x01..=0x03, found 0x7e",
+    );
+    // The host still serves.
+    let out = viewer(&["check", &host.addr, "--steps", "100"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let v = host.wait_status(|v| v["protocol_errors"].as_u64().unwrap_or(0) >= 3);
+    assert!(v["refused"].as_u64().unwrap() >= 3);
+}
+
+/// A fake host that answers the hello with `bytes`, then closes.
+fn fake_host(bytes: Vec<u8>) -> String {
+    fake_host_then(bytes, true)
+}
+
+/// A fake host that answers the hello with `bytes`, then closes its side or stays silent.
+fn fake_host_then(bytes: Vec<u8>, close: bool) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            s.set_read_timeout(Some(LIMIT)).unwrap();
+            let mut hello = [0u8; 16];
+            let _ = s.read(&mut hello);
+            let _ = s.write_all(&bytes);
+            if close {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink);
+        }
+    });
+    addr
+}
+
+fn welcome_frame() -> Vec<u8> {
+    let w = Welcome {
+        version: 1,
+        role: 2,
+        rate: 60,
+        heartbeat_ms: 1000,
+        ring: 512,
+        queue: 256,
+    };
+    HostCodec::encode_frame(&ToViewer::Welcome(w))
+        .unwrap()
+        .0
+        .to_vec()
+}
+
+#[test]
+fn garbage_and_truncated_frames_from_a_host_give_the_viewer_clear_errors() {
+    let addr = fake_host(b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec());
+    let out = viewer(&["attach", &addr]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains(&format!(
+            "protocol error: {addr}: at offset 0: expected frame length 1..=65554, found"
+        )),
+        "{}",
+        stderr(&out)
+    );
+
+    // A whole welcome (32 bytes), then a snapshot frame cut after 10 bytes.
+    let mut bytes = welcome_frame();
+    assert_eq!(bytes.len(), 32);
+    bytes.extend_from_slice(&[100, 0, 0, 0, 0x82, 0, 0, 70, 0, 0]);
+    let addr = fake_host(bytes);
+    let out = viewer(&["attach", &addr]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains(&format!("{addr}: at offset 32: connection closed inside a frame: expected 100 frame bytes, found 6 bytes")),
+        "{}",
+        stderr(&out)
+    );
+
+    // A whole welcome, then a snapshot whose probe holds a bad dimension byte.
+    let mut bytes = welcome_frame();
+    let mut p = vec![0x82, 0, 0];
+    p.extend_from_slice(&50u32.to_le_bytes());
+    p.extend_from_slice(&[7, 1, 0, 0, 0, 0]);
+    p.extend_from_slice(&[0u8; 44]);
+    bytes.extend_from_slice(&(p.len() as u32).to_le_bytes());
+    bytes.extend(p);
+    let addr = fake_host(bytes);
+    let out = viewer(&["check", &addr, "--steps", "1"]);
+    assert_eq!(code(&out), 2);
+    // 32 (welcome) + 4 (length) + 1 (type) + 1 (kind) + 1 (flags) + 4 (probe length) = 43.
+    assert!(
+        stdout(&out).contains(&format!(
+            "{addr}: at offset 43: expected dimensions 2 or 3, found 7"
+        )),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// A host that attaches the viewer and then sends nothing at all: the viewer's own
+/// heartbeats do not keep it waiting; it gives up after the silence timeout.
+#[test]
+fn a_silent_host_is_given_up_on() {
+    let mut bytes = welcome_frame();
+    let world = ostm_protocol::World::new(
+        ostm_protocol::Setup {
+            dims: ostm_protocol::Dims::Two,
+            bodies: 1,
+            seed: 7,
+        },
+        None,
+    );
+    let snap = ToViewer::Snapshot {
+        kind: ostm_protocol::wire::SnapshotKind::Attach,
+        world,
+    };
+    bytes.extend_from_slice(&HostCodec::encode_frame(&snap).unwrap().0);
+    let addr = fake_host_then(bytes, false);
+    let out = viewer(&["check", &addr, "--steps", "1"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains("the host sent nothing for 10000 ms"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_token_is_required_and_never_logged() {
+    let host = Host::start_env(
+        &[
+            "--rate",
+            "500",
+            "--status-ms",
+            "0",
+            "--token",
+            "s3cr3t-t0ken",
+        ],
+        &[("RUST_LOG", "debug")],
+    );
+    let out = viewer(&["check", &host.addr, "--steps", "10"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains(
+            "the host refused the viewer (bad-token): this host requires a token; none was sent"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    let out = viewer(&["check", &host.addr, "--steps", "10", "--token", "wrong"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains("(bad-token): the token does not match"),
+        "{}",
+        stdout(&out)
+    );
+    let out = viewer(&[
+        "check",
+        &host.addr,
+        "--steps",
+        "10",
+        "--token",
+        "s3cr3t-t0ken",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    host.interrupt();
+    let (status, _, err) = host.wait();
+    assert!(status.success());
+    assert!(err.contains("refused"), "debug logs were written: {err}");
+    assert!(!err.contains("s3cr3t"), "the token appears in the logs");
+}
+
+#[test]
+fn a_non_loopback_address_needs_a_token() {
+    let out = std::process::Command::new(host_bin())
+        .args(["serve", "--listen", "0.0.0.0:0", "--steps", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("is not a loopback address: --token is required"));
+}
+
+#[test]
+fn max_viewers_refuses_the_one_too_many() {
+    let mut host = Host::start(&[
+        "--rate",
+        "500",
+        "--max-viewers",
+        "1",
+        "--json",
+        "--status-ms",
+        "50",
+    ]);
+    let mut first = raw(&host.addr);
+    first.write_all(&hello(1, 1, b"")).unwrap();
+    host.wait_status(|v| v["viewers"] == 1);
+    let out = viewer(&["check", &host.addr, "--steps", "10"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains("the host refused the viewer (full)"),
+        "{}",
+        stdout(&out)
+    );
+    drop(first);
+    host.wait_status(|v| v["viewers"] == 0);
+    let out = viewer(&["check", &host.addr, "--steps", "10"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+}
+
+#[test]
+fn a_hundred_viewers_at_once() {
+    let mut host = Host::start(&["--rate", "1000", "--json", "--status-ms", "100"]);
+    let children: Vec<_> = (0..100)
+        .map(|_| {
+            std::process::Command::new(viewer_bin())
+                .args(["check", &host.addr, "--steps", "300"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn viewer")
+        })
+        .collect();
+    let mut ok = 0;
+    for c in children {
+        let out = finish(c);
+        assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+        assert!(stdout(&out).starts_with("ok: verified 300 steps"));
+        ok += 1;
+    }
+    assert_eq!(ok, 100);
+    let v =
+        host.wait_status(|v| v["viewers_total"].as_u64().unwrap_or(0) >= 100 && v["viewers"] == 0);
+    assert_eq!(v["refused"], 0);
+}
+
+/// A viewer that handshakes and then never reads: the host keeps stepping to the end of
+/// its run, another viewer verifies meanwhile, and the slow viewer's queue never holds
+/// more than its cap (the host's memory for it is bounded by construction).
+#[test]
+fn a_viewer_that_never_reads_neither_slows_the_host_nor_grows_its_memory() {
+    const STEPS: u64 = 300_000;
+    let steps = STEPS.to_string();
+    let mut host = Host::start(&[
+        "--rate",
+        "max",
+        "--steps",
+        &steps,
+        "--viewer-queue",
+        "64",
+        "--stall-ms",
+        "600000",
+        "--json",
+        "--status-ms",
+        "100",
+    ]);
+    let mut slow = raw(&host.addr);
+    slow.write_all(&hello(1, 1, b"")).unwrap();
+    host.wait_status(|v| v["viewers"] == 1);
+    let out = viewer(&["check", &host.addr, "--steps", "500"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let mut statuses = Vec::new();
+    while let Some(l) = host.line() {
+        let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+        statuses.push(v.clone());
+        if v["event"] == "end" {
+            break;
+        }
+    }
+    let end = statuses.last().unwrap();
+    assert_eq!(end["reason"], "finished", "{end}");
+    assert_eq!(
+        end["step"], STEPS,
+        "the host ran every step with the slow viewer attached"
+    );
+    assert!(
+        end["resyncs"].as_u64().unwrap() >= 1,
+        "the slow viewer's queue overflowed and was resynced: {end}"
+    );
+    for s in &statuses {
+        assert!(
+            s["queue_max"].as_u64().unwrap() <= 64,
+            "a queue grew past its cap: {s}"
+        );
+    }
+    drop(slow);
+    let (status, _, _) = host.wait();
+    assert!(status.success());
+}
+
+/// The codec is what refuses: a frame longer than the maximum is an error naming offset 0
+/// before any of its bytes are buffered (the unit tests hold the rest).
+#[test]
+fn the_stated_maximum_is_the_codecs() {
+    let mut src = BytesMut::from(&[0xff, 0xff, 0xff, 0x7f][..]);
+    match HostCodec::new("x").decode(&mut src) {
+        Err(WireError::Format(e)) => assert_eq!(e.offset, 0),
+        other => panic!("{other:?}"),
+    }
+}

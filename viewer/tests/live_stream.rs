@@ -1,0 +1,348 @@
+//! The live stream end to end: the real `ostm-host` on 127.0.0.1 port 0 and the real
+//! `ostm-viewer`. Late join, recordings that verify and agree, the host's own recording,
+//! replays served, the host ending mid-stream, Ctrl-C on either side, `check`, resync.
+
+mod live_support;
+
+use live_support::*;
+use ostm_protocol::Replay;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The embedded world is test-10000's world: the committed file's rows are the reference.
+#[test]
+fn the_embedded_world_is_test_10000() {
+    let file = Replay::read_file(&testdata("test-10000.ostm")).expect("test-10000");
+    let rows = default_rows(10_000);
+    assert!(
+        file.hashes.as_deref() == Some(&rows[..]),
+        "test-10000's rows are the embedded world's"
+    );
+}
+
+/// Spawns a viewer and returns once it has printed its `attached` line.
+fn spawn_attached(args: &[&str]) -> (std::process::Child, u64, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(viewer_bin())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start viewer");
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let first = rx.recv_timeout(LIMIT).expect("attached line");
+    let step = attached_step(&first);
+    (child, step, rx)
+}
+
+fn rest(child: std::process::Child, rx: std::sync::mpsc::Receiver<String>) -> (i32, String) {
+    let out = finish(child);
+    let mut text = String::new();
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(2)) {
+        text.push_str(&l);
+        text.push('\n');
+    }
+    (code(&out), text)
+}
+
+#[test]
+fn late_joiners_record_files_that_verify_and_whose_overlap_agrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.ostm");
+    let b = dir.path().join("b.ostm");
+    let mut host = Host::start(&[
+        "--rate",
+        "1000",
+        "--steps",
+        "9000",
+        "--json",
+        "--status-ms",
+        "50",
+    ]);
+    host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= 100);
+    let (ca, step_a, ra) = spawn_attached(&[
+        "attach",
+        &host.addr,
+        "--record",
+        a.to_str().unwrap(),
+        "--until",
+        "4000",
+    ]);
+    host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= step_a + 200);
+    let (cb, step_b, rb) = spawn_attached(&[
+        "attach",
+        &host.addr,
+        "--record",
+        b.to_str().unwrap(),
+        "--until",
+        "5000",
+    ]);
+    assert!(step_a >= 100, "late join: attached at step {step_a}");
+    assert!(
+        step_b > step_a,
+        "the second viewer attached later ({step_b} > {step_a})"
+    );
+    let (code_a, out_a) = rest(ca, ra);
+    let (code_b, out_b) = rest(cb, rb);
+    assert_eq!(code_a, 0, "{out_a}");
+    assert_eq!(code_b, 0, "{out_b}");
+    assert!(
+        out_a.contains(&format!(
+            "ok: verified {} steps (step {step_a} to 4000)",
+            4000 - step_a
+        )),
+        "{out_a}"
+    );
+
+    let rows = default_rows(9000);
+    let (sa, na) = check_recording(&a, &rows);
+    let (sb, nb) = check_recording(&b, &rows);
+    assert_eq!(
+        (sa, sa + na as u64),
+        (step_a, 4000),
+        "a's recording starts at its attach step"
+    );
+    assert_eq!((sb, sb + nb as u64), (step_b, 5000));
+    // The overlap, compared directly between the two files by step number.
+    let ra = Replay::read_file(&a).unwrap().hashes.unwrap();
+    let rb = Replay::read_file(&b).unwrap().hashes.unwrap();
+    let overlap = (sb..=4000).collect::<Vec<_>>();
+    assert!(overlap.len() > 100);
+    for s in overlap {
+        assert_eq!(ra[(s - sa) as usize], rb[(s - sb) as usize], "step {s}");
+    }
+    // The start snapshot's first 8 bytes are the host's step at attach.
+    let bytes = std::fs::read(&b).unwrap();
+    let snap_at = 4 + 2 + 2 + 4 + 6 + 4 + 4; // header, setup, step count, snapshot length
+    assert_eq!(
+        u64::from_le_bytes(bytes[snap_at..snap_at + 8].try_into().unwrap()),
+        step_b
+    );
+}
+
+#[test]
+fn the_host_ending_mid_stream_leaves_the_recording_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("c.ostm");
+    let host = Host::start(&["--rate", "2000", "--steps", "3000", "--status-ms", "0"]);
+    let out = viewer(&["attach", &host.addr, "--record", c.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out)
+            .contains("ok: the host ended the stream (finished: the host ran its 3000 steps)"),
+        "{}",
+        stdout(&out)
+    );
+    let (start, n) = check_recording(&c, &default_rows(3000));
+    assert_eq!(start + n as u64, 3000, "recorded to the host's last step");
+    let (status, last, _) = host.wait();
+    assert!(status.success());
+    assert!(last.starts_with("end: finished"), "{last}");
+}
+
+#[test]
+fn the_host_records_its_own_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.ostm");
+    let host = Host::start(&[
+        "--rate",
+        "max",
+        "--steps",
+        "2500",
+        "--status-ms",
+        "0",
+        "--record",
+        h.to_str().unwrap(),
+    ]);
+    let (status, _, _) = host.wait();
+    assert!(status.success());
+    let r = Replay::read_file(&h).unwrap();
+    assert_eq!(
+        r.flags(),
+        1,
+        "hash rows, no start snapshot: the host started at step 0"
+    );
+    let rows = default_rows(2500);
+    let got = r.hashes.unwrap();
+    assert_eq!(got.len(), rows.len());
+    assert_eq!(
+        got.iter().zip(&rows).position(|(a, b)| a != b),
+        None,
+        "first differing row"
+    );
+}
+
+#[test]
+fn a_replay_is_served_with_its_own_hashes_and_the_host_records_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = testdata("test-start-snapshot.ostm");
+    let src = Replay::read_file(&file).unwrap();
+    let h = dir.path().join("h.ostm");
+    let v = dir.path().join("v.ostm");
+    let mut host = Host::start(&[
+        "--replay",
+        file.to_str().unwrap(),
+        "--rate",
+        "500",
+        "--json",
+        "--status-ms",
+        "50",
+        "--record",
+        h.to_str().unwrap(),
+    ]);
+    let start = src.start_step();
+    host.wait_status(|s| s["step"].as_u64().unwrap_or(0) >= start + 50);
+    let out = viewer(&["attach", &host.addr, "--record", v.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("the replay's last step was served"),
+        "{}",
+        stdout(&out)
+    );
+    let (status, _, _) = host.wait();
+    assert!(status.success());
+    // The host's recording is the file again: same start world, inputs and rows.
+    let back = Replay::read_file(&h).unwrap();
+    assert_eq!(back, src);
+    // The viewer's rows are the file's rows at the same steps.
+    let rv = Replay::read_file(&v).unwrap();
+    let rows = src.hashes.as_ref().unwrap();
+    let off = (rv.start_step() - start) as usize;
+    assert!(off >= 50, "joined late");
+    assert_eq!(rv.hashes.as_deref(), Some(&rows[off..]));
+}
+
+#[test]
+fn check_prints_a_one_line_verdict() {
+    let host = Host::start(&["--rate", "1000", "--status-ms", "0"]);
+    let out = viewer(&["check", &host.addr, "--steps", "200"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.starts_with("ok: verified 200 steps (step "), "{text}");
+    let out = viewer(&["check", &host.addr, "--steps", "50", "--json"]);
+    assert_eq!(code(&out), 0);
+    let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(v["verdict"], "ok");
+    assert_eq!(v["verified"], 50);
+    // Nothing listening: exit 2 with a one-line error.
+    let gone = host.addr.clone();
+    drop(host);
+    let out = viewer(&["check", &gone, "--steps", "5"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).starts_with("error: cannot connect to "),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn ctrl_c_on_the_host_ends_every_stream_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("r.ostm");
+    let mut host = Host::start(&["--rate", "500", "--json", "--status-ms", "50"]);
+    let (child, _, rx) = spawn_attached(&["attach", &host.addr, "--record", r.to_str().unwrap()]);
+    host.wait_status(|v| v["viewers"] == 1);
+    host.interrupt();
+    let (c, out) = rest(child, rx);
+    assert_eq!(c, 0, "{out}");
+    assert!(
+        out.contains("ok: the host ended the stream (shutdown: the host was stopped)"),
+        "{out}"
+    );
+    let (status, last, _) = host.wait();
+    assert!(status.success());
+    assert!(last.contains("\"reason\":\"shutdown\""), "{last}");
+    let end: serde_json::Value = serde_json::from_str(&last).unwrap();
+    let (start, n) = check_recording(&r, &default_rows(end["step"].as_u64().unwrap()));
+    assert_eq!(
+        start + n as u64,
+        end["step"].as_u64().unwrap(),
+        "recorded up to the host's last step"
+    );
+}
+
+#[test]
+fn ctrl_c_on_the_viewer_finishes_its_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("r.ostm");
+    let mut host = Host::start(&["--rate", "500", "--json", "--status-ms", "50"]);
+    let (child, step, rx) =
+        spawn_attached(&["attach", &host.addr, "--record", r.to_str().unwrap()]);
+    host.wait_status(|v| v["step"].as_u64().unwrap_or(0) > step + 100);
+    interrupt(child.id());
+    let (c, out) = rest(child, rx);
+    assert_eq!(c, 0, "{out}");
+    assert!(out.contains("stopped: verified "), "{out}");
+    let (start, n) = check_recording(&r, &default_rows(recording_end(&r)));
+    assert_eq!(start, step);
+    assert!(n > 0);
+}
+
+/// A viewer far slower than the host is resynced, not failed; its recording closes at
+/// each gap and continues in a numbered file, and every file verifies on its own.
+#[test]
+fn a_slow_viewer_is_resynced_and_its_recording_continues_in_numbered_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("r.ostm");
+    let host = Host::start(&[
+        "--rate",
+        "max",
+        "--steps",
+        "2000000",
+        "--viewer-queue",
+        "8",
+        "--status-ms",
+        "0",
+    ]);
+    let out = viewer(&[
+        "attach",
+        &host.addr,
+        "--record",
+        r.to_str().unwrap(),
+        "--throttle",
+        "3000",
+        "--until",
+        "20000",
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let end = lines.last().unwrap();
+    let files = end["files"].as_array().unwrap();
+    let resyncs = lines.iter().filter(|l| l["event"] == "resync").count();
+    assert!(
+        resyncs >= 1,
+        "a viewer 3000 steps/s behind a host at full speed is resynced"
+    );
+    assert_eq!(files.len(), resyncs + 1, "one file per unbroken run");
+    let last_step = files
+        .iter()
+        .map(|f| f["start_step"].as_u64().unwrap() + f["steps"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    let rows = default_rows(last_step);
+    let mut prev_end = 0;
+    for (i, f) in files.iter().enumerate() {
+        let path = std::path::PathBuf::from(f["path"].as_str().unwrap());
+        let want = numbered(&r, i as u32);
+        assert_eq!(path, want);
+        let (start, n) = check_recording(&path, &rows);
+        assert!(
+            start >= prev_end,
+            "files follow each other, gaps between them"
+        );
+        prev_end = start + n as u64;
+    }
+}

@@ -1,0 +1,310 @@
+//! Helpers for the live tests: start the real `ostm-host` on 127.0.0.1 port 0, read the
+//! address it prints first, run the real `ostm-viewer`, and bound every wait.
+#![allow(dead_code)]
+
+use ostm_protocol::scenario::Scenario;
+use ostm_protocol::{Replay, Setup, World};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+/// The longest any single wait in these tests may take before the test fails.
+pub const LIMIT: Duration = Duration::from_secs(120);
+
+pub fn viewer_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ostm-viewer"))
+}
+
+/// `ostm-host`, next to `ostm-viewer` in the same target directory; built once if missing.
+pub fn host_bin() -> PathBuf {
+    static BUILD: Once = Once::new();
+    let exe = viewer_bin().with_file_name(format!("ostm-host{}", std::env::consts::EXE_SUFFIX));
+    BUILD.call_once(|| {
+        if !exe.exists() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "-p", "ostm-host"])
+                .current_dir(workspace());
+            if exe.components().any(|c| c.as_os_str() == "release") {
+                cmd.arg("--release");
+            }
+            let status = cmd.status().expect("run cargo build -p ostm-host");
+            assert!(status.success(), "cargo build -p ostm-host failed");
+        }
+    });
+    exe
+}
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .to_path_buf()
+}
+
+pub fn testdata(name: &str) -> PathBuf {
+    workspace().join("testdata").join(name)
+}
+
+/// A running host; killed when dropped.
+pub struct Host {
+    child: Child,
+    pub addr: String,
+    lines: Receiver<String>,
+    stderr: Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Host {
+    /// Starts `ostm-host serve --listen 127.0.0.1:0 ARGS` and reads the bound address.
+    pub fn start(args: &[&str]) -> Host {
+        Host::start_env(args, &[])
+    }
+
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Host {
+        let mut child = Command::new(host_bin())
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ostm-host");
+        let lines = pump(child.stdout.take().expect("stdout"));
+        let stderr = pump(child.stderr.take().expect("stderr"));
+        let first = lines
+            .recv_timeout(LIMIT)
+            .expect("the host prints its address first");
+        let addr = if first.starts_with('{') {
+            let v: serde_json::Value = serde_json::from_str(&first).expect("json line");
+            v["addr"].as_str().expect("addr").to_string()
+        } else {
+            first.rsplit(' ').next().expect("address").to_string()
+        };
+        assert!(addr.starts_with("127.0.0.1:"), "{first}");
+        Host {
+            child,
+            addr,
+            lines,
+            stderr,
+            seen: vec![first],
+        }
+    }
+
+    /// The next stdout line, waiting at most [`LIMIT`].
+    pub fn line(&mut self) -> Option<String> {
+        let l = self.lines.recv_timeout(LIMIT).ok()?;
+        self.seen.push(l.clone());
+        Some(l)
+    }
+
+    /// Reads status lines until `pred` holds for one (JSON hosts only).
+    pub fn wait_status(&mut self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + LIMIT;
+        while Instant::now() < deadline {
+            let l = self.line().expect("host status line");
+            let v: serde_json::Value = serde_json::from_str(&l).expect("json status");
+            if pred(&v) {
+                return v;
+            }
+        }
+        panic!("no matching status line; saw {:?}", self.seen);
+    }
+
+    /// Waits for the host to exit; returns its status and its last stdout line.
+    pub fn wait(mut self) -> (ExitStatus, String, String) {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Some(s) = self.child.try_wait().expect("wait host") {
+                while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+                    self.seen.push(l);
+                }
+                let mut err = String::new();
+                while let Ok(l) = self.stderr.recv_timeout(Duration::from_millis(200)) {
+                    err.push_str(&l);
+                    err.push('\n');
+                }
+                return (s, self.seen.last().cloned().unwrap_or_default(), err);
+            }
+            assert!(Instant::now() < deadline, "the host did not exit in time");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGINT (Ctrl-C).
+    pub fn interrupt(&self) {
+        interrupt(self.child.id());
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends SIGINT to a process.
+pub fn interrupt(pid: u32) {
+    let ok = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(ok.success());
+}
+
+fn pump(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Runs `ostm-viewer ARGS` to completion (killed after [`LIMIT`]).
+pub fn viewer(args: &[&str]) -> Output {
+    let child = Command::new(viewer_bin())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ostm-viewer");
+    finish(child)
+}
+
+/// Waits for a child with [`LIMIT`], killing it past that.
+pub fn finish(mut child: Child) -> Output {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "ostm-viewer did not finish: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The step a viewer attached at, from its `attached to ... at step N` line.
+pub fn attached_step(out: &str) -> u64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("attached to "))
+        .expect("attached line");
+    let rest = line.split(" at step ").nth(1).expect("at step");
+    rest.split(' ')
+        .next()
+        .expect("step")
+        .parse()
+        .expect("step number")
+}
+
+/// The embedded default world's hash at every step `0..=n`, computed here from the
+/// scenario (the independent reference for what the host streams).
+pub fn default_rows(n: u64) -> Vec<u64> {
+    let setup = Setup {
+        dims: ostm_protocol::Dims::Three,
+        bodies: 24,
+        seed: 10_000,
+    };
+    let mut world = World::new(setup, None);
+    let mut scenario = Scenario::new(setup.seed);
+    let mut rows = vec![world.hash()];
+    for _ in 0..n {
+        let ops = scenario.next_input(&world);
+        world.step(&ops);
+        rows.push(world.hash());
+    }
+    rows
+}
+
+/// The default world at step `n`.
+pub fn default_world_at(n: u64) -> World {
+    let setup = Setup {
+        dims: ostm_protocol::Dims::Three,
+        bodies: 24,
+        seed: 10_000,
+    };
+    let mut world = World::new(setup, None);
+    let mut scenario = Scenario::new(setup.seed);
+    for _ in 0..n {
+        let ops = scenario.next_input(&world);
+        world.step(&ops);
+    }
+    world
+}
+
+/// Reads a recording and checks it is whole: flag bits 0 and 1, it verifies, and its
+/// rows are `rows[start..]`. Returns its start step and step count.
+#[track_caller]
+pub fn check_recording(path: &Path, rows: &[u64]) -> (u64, usize) {
+    let r = Replay::read_file(path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.flags() & 0b11, 0b11, "hash rows and start snapshot");
+    assert!(
+        matches!(r.verify(|_| {}), ostm_protocol::Verdict::Match { .. }),
+        "{} verifies",
+        path.display()
+    );
+    let start = r.start_step();
+    let got = r.hashes.as_ref().expect("rows");
+    let end = start as usize + got.len();
+    assert!(end <= rows.len(), "reference rows too short");
+    let first = got
+        .iter()
+        .zip(&rows[start as usize..end])
+        .position(|(a, b)| a != b);
+    assert_eq!(
+        first,
+        None,
+        "{}: the first row that differs from the reference",
+        path.display()
+    );
+    (start, r.step_count())
+}
+
+/// The `n`-th file of a recording, as docs/protocol.md names it: `r.ostm`, `r.1.ostm`, …
+pub fn numbered(base: &Path, n: u32) -> PathBuf {
+    if n == 0 {
+        return base.to_path_buf();
+    }
+    let stem = base.file_stem().unwrap().to_string_lossy().into_owned();
+    let ext = base.extension().unwrap().to_string_lossy().into_owned();
+    base.with_file_name(format!("{stem}.{n}.{ext}"))
+}
+
+/// Where a recording ends: its start step plus its step count.
+pub fn recording_end(path: &Path) -> u64 {
+    let r = Replay::read_file(path).unwrap_or_else(|e| panic!("{e}"));
+    r.start_step() + r.step_count() as u64
+}
