@@ -37,7 +37,7 @@ MUTANTS = [
     ("2D spawn keeps z", "ostm.py", "z = op[3] if self.dims == 3 else 0\n                    self.slots.append", "z = op[3]\n                    self.slots.append", True),
     ("spawn cap 63", "ostm.py", "if len(self.slots) < MAX_SLOTS:", "if len(self.slots) < MAX_SLOTS - 1:", True),
     ("gravity not saturating", "ostm.py", "s[6] = sat_i32(s[6] - self.gravity)", "s[6] = (s[6] - self.gravity + 2**31) % 2**32 - 2**31", True),
-    ("gravity before input", "ostm.py", "        # Stage 1: apply input\n", "        for s in self.slots:\n            if s[0] == 1:\n                s[6] = sat_i32(s[6] - self.gravity)\n        # Stage 1: apply input\n", True),
+    ("gravity before input", "ostm.py", "STAGES = (stage_input, stage_gravity,", "STAGES = (stage_gravity, stage_input,", True),
     ("bounce damping floors", "ostm.py", "v = tdiv(-v * 3, 4)", "v = (-v * 3) // 4", True),
     ("bounce damping 2/3", "ostm.py", "v = tdiv(-v * 3, 4)", "v = tdiv(-v * 2, 3)", True),
     ("settle below 7", "ostm.py", "if abs(v) < 8:", "if abs(v) < 7:", True),

@@ -137,8 +137,22 @@ class World:
         return None
 
     def step_once(self, ops: list) -> None:
-        axes = (0, 1) if self.dims == 2 else (0, 1, 2)
-        # Stage 1: apply input
+        for stage in self.STAGES:
+            stage(self, ops)
+
+    def stage_hashes(self, ops: list) -> list:
+        """Runs one step stage by stage; returns the world hash after each of the four."""
+        out = []
+        for stage in self.STAGES:
+            stage(self, ops)
+            out.append(self.hash())
+        return out
+
+    def _axes(self) -> tuple:
+        return (0, 1) if self.dims == 2 else (0, 1, 2)
+
+    def stage_input(self, ops: list) -> None:
+        axes = self._axes()
         for op in ops:
             code = op[0]
             if code == 1:
@@ -160,11 +174,12 @@ class World:
                 if len(self.slots) < MAX_SLOTS:
                     z = op[3] if self.dims == 3 else 0
                     self.slots.append([1, 0, op[1], op[2], z, 0, 0, 0])
-        # Stage 2: gravity
+    def stage_gravity(self, ops: list) -> None:
         for s in self.slots:
             if s[0] == 1:
                 s[6] = sat_i32(s[6] - self.gravity)
-        # Stage 3: move, then floor friction
+    def stage_move(self, ops: list) -> None:
+        axes = self._axes()
         for s in self.slots:
             if s[0] != 1:
                 continue
@@ -187,7 +202,7 @@ class World:
                 for a in axes:
                     if a != 1:
                         s[5 + a] = tdiv(s[5 + a] * 7, 8)
-        # Stage 4: bookkeeping
+    def stage_bookkeeping(self, ops: list) -> None:
         for s in self.slots:
             if s[0] == 1:
                 if s[5] == 0 and s[6] == 0 and s[7] == 0:
@@ -203,6 +218,9 @@ class World:
                     z = 5000 if self.dims == 3 else 0
                     self.slots[link.body] = [1, 0, 5000, 5000, z, 40, 0, 0]
         self.step = (self.step + 1) & U64_MASK
+
+    STAGES = (stage_input, stage_gravity, stage_move, stage_bookkeeping)
+    STAGE_NAMES = ("apply input", "gravity", "move", "bookkeeping")
 
 
 # ---------------------------------------------------------------------------
