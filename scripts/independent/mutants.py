@@ -56,6 +56,9 @@ MUTANTS = [
     ("remove keeps position", "ostm.py", "if self._live(op[1]) is not None:\n                    self.slots[op[1]] = empty_slot()", "if self._live(op[1]) is not None:\n                    self.slots[op[1]][0] = 0", True),
     ("hash with seed 1", "ostm.py", "seed=0)", "seed=1)", True),
     ("first rest step one later", "ostm_check.py", "first_rest[i] = number", "first_rest[i] = number + 1", True),
+    ("scenario seed constant SCN2", "scenario.py", "SCN1 = 0x314E4353", "SCN1 = 0x324E4353", True),
+    ("scenario random ops when next % 8 < 3", "scenario.py", "if self.next() % 8 < 2:", "if self.next() % 8 < 3:", True),
+    ("scenario remove guard at 31", "scenario.py", "(live <= 32 or", "(live <= 31 or", True),
     ("first rest from the start world's still counts", "ostm_check.py", "    first_rest = {}\n", "    first_rest = {i: world.step for i, s in enumerate(world.slots) if s[0] == 1 and s[1] >= 1}\n", False),
     ("still saturates at 2^31", "ostm.py", "s[1] = min(s[1] + 1, U32_MAX)", "s[1] = min(s[1] + 1, 2**31)", False),
 ]
@@ -71,7 +74,7 @@ def main() -> int:
     passed = failed = 0
     for name, fname, old, new, expect_caught in MUTANTS:
         with tempfile.TemporaryDirectory() as tmp:
-            for f in ("ostm.py", "ostm_check.py"):
+            for f in ("ostm.py", "ostm_check.py", "scenario.py"):
                 shutil.copy(HERE / f, Path(tmp) / f)
             target = Path(tmp) / fname
             src = target.read_text()

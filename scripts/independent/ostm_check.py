@@ -5,7 +5,9 @@ For each testdata/*.ostm: read it with every check of docs/replay-format.md, reb
 start world (start snapshot or setup), run every step of docs/test-module.md and compare
 the world hash with every hash row. For each testdata/malformed/ file in its manifest:
 require a refusal at exactly the listed offset with the listed message fragment. For
-testdata/golden.json (docs/testdata.md): recompute every number.
+testdata/golden.json (docs/testdata.md): recompute every number. For docs/testdata.md's
+table: each file's header and size, and the scenario generator described there must remake
+every step input byte for byte.
 
 Prints one line per check and a final `N passed, N failed`; exits 1 on any failure.
 Usage: ostm_check.py [REPO_ROOT]
@@ -20,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ostm import FormatError, parse_replay  # noqa: E402
+from scenario import first_input_difference  # noqa: E402
 
 
 class Tally:
@@ -77,6 +80,40 @@ def check_replay(path: Path, tally: Tally, results: dict) -> None:
             )
             return
     tally.ok(name, f"all {len(hashes)} hash rows match (steps {start}..{end}), final {hashes[-1]:016x}")
+
+
+def check_table(root: Path, tally: Tally, results: dict) -> None:
+    """docs/testdata.md's table of files: header values and sizes; then the scenario of
+    docs/testdata.md must remake every step input byte for byte."""
+    doc = (root / "docs" / "testdata.md").read_text()
+    roles = {"role 1 (sender)": 1, "role 2 (receiver)": 2, "role 3": 3}
+    for line in doc.splitlines():
+        if not line.startswith("| `test-") or ".ostm`" not in line:
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        fname = cells[0].strip("`")
+        name = f"docs/testdata.md table: {fname}"
+        if fname not in results:
+            tally.fail(name, "no such replay, or it was refused")
+            continue
+        replay = results[fname][0]
+        size = (root / "testdata" / fname).stat().st_size
+        link = "none"
+        if replay.link is not None:
+            role = next(k for k, v in roles.items() if v == replay.link.role)
+            link = f"{role}, body {replay.link.body}, step {replay.link.transfer_step}"
+        got = [fname, str(replay.dims), str(replay.bodies), str(replay.seed), link,
+               str(replay.start_step), f"{replay.step_count:,}".replace(",", " "), f"{size:,}".replace(",", " ")]
+        if cells[1:] != got[1:]:
+            tally.fail(name, f"the table says {cells[1:]}, the file has {got[1:]}")
+        else:
+            tally.ok(name, "dims, bodies, seed, link, start, steps and bytes as stated")
+        diff = first_input_difference(replay, replay.start_step)
+        if diff:
+            tally.fail(f"scenario {fname}", diff)
+        else:
+            tally.ok(f"scenario {fname}", f"remade all {replay.step_count} step inputs byte for byte"
+                     + (f" (after {replay.start_step} unrecorded steps, to the start snapshot)" if replay.start_step else ""))
 
 
 def check_malformed(root: Path, tally: Tally) -> None:
@@ -143,6 +180,7 @@ def main() -> int:
         tally.fail("testdata", "no *.ostm files")
     for path in replays:
         check_replay(path, tally, results)
+    check_table(root, tally, results)
     check_malformed(root, tally)
     check_golden(root, tally, results)
     print(f"{tally.passed} passed, {tally.failed} failed")
