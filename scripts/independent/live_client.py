@@ -268,12 +268,15 @@ class Session:
     stages_agree: bool | None = None
     drift_field: str | None = None
     error: str | None = None
+    late: bool = False  # the host had finished before we connected: try again
 
 
 def start_host(binary: str, extra: list) -> tuple[subprocess.Popen, int]:
-    cmd = [binary, "serve", "--listen", "127.0.0.1:0", "--steps", "300", "--status-ms", "0", *extra]
+    cmd = [binary, "serve", "--listen", "127.0.0.1:0", "--status-ms", "0", *extra]
     if "--rate" not in extra:
         cmd += ["--rate", "max"]
+    if "--steps" not in extra:
+        cmd += ["--steps", "300"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline().strip()
     prefix = "ostm-host listening on "
@@ -289,7 +292,12 @@ def start_host(binary: str, extra: list) -> tuple[subprocess.Popen, int]:
 
 def run_session(port: int, rows: list | None, embedded: tuple) -> Session:
     out = Session()
-    sock = socket.create_connection(("127.0.0.1", port), timeout=SILENCE_S)
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=SILENCE_S)
+    except OSError as e:
+        out.error = f"cannot connect to 127.0.0.1:{port}: {e}"
+        out.late = True
+        return out
     sock.settimeout(0.2)
     conn = Connection(sock)
     try:
@@ -420,6 +428,51 @@ def drift(conn: Connection, out: Session, prev: tuple, viewer: World, host_hash:
     out.error = f"no drift reply for step {S} within {DRIFT_WAIT_S} s"
 
 
+def refusal(port: int, first: bytes, after_handshake: bool = False) -> tuple:
+    """Sends `first` (raw bytes) as the first frame, or after a proper handshake; returns
+    (end reason, end text) of the host's answer, or (None, what happened)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=SILENCE_S)
+    sock.settimeout(0.2)
+    conn = Connection(sock)
+    try:
+        if after_handshake:
+            conn.send(0x01, hello())
+            conn.read_frame()  # welcome
+            conn.read_frame()  # snapshot
+        sock.sendall(first)
+        while True:
+            offset, t, body = conn.read_frame()
+            if t == 0x85:
+                reason, _, text = read_end(Body(body, offset))
+                return reason, text
+            if t == 0x81 and not after_handshake:
+                return None, "welcome"
+    except ProtocolError as e:
+        return None, str(e)
+    finally:
+        sock.close()
+
+
+def frame(t: int, body: bytes) -> bytes:
+    return struct.pack("<I", len(body) + 1) + bytes([t]) + body
+
+
+REFUSALS = [
+    # (what, bytes, after the handshake, expected reason)
+    ("hello of version 2", frame(0x01, b"OSTMLIVE" + struct.pack("<HBB", 2, 1, 0)), False, 3),
+    ("hello with a wrong magic", frame(0x01, b"OSTMLIFE" + struct.pack("<HBB", 1, 1, 0)), False, 6),
+    ("hello with role 2", frame(0x01, b"OSTMLIVE" + struct.pack("<HBB", 1, 2, 0)), False, 6),
+    ("a heartbeat before the hello", frame(0x03, struct.pack("<Q", 0)), False, 6),
+    ("frame length 0", struct.pack("<I", 0), False, 6),
+    ("frame length 65 555", struct.pack("<I", 65_555), False, 6),
+    ("hello with a trailing byte", frame(0x01, hello() + b"\x00"), False, 6),
+    ("a token to a host without one", frame(0x01, hello(b"secret")), False, None),
+    ("a second hello", frame(0x01, hello()), True, 7),
+    ("message type 0x04", frame(0x04, b""), True, 7),
+    ("a heartbeat cut short", frame(0x03, b"\x00" * 7), True, 7),
+]
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -444,7 +497,7 @@ def main() -> int:
         proc, port = start_host(binary, [])
         s = run_session(port, rows, embedded)
         proc.wait(timeout=30)
-        if s.error or s.verified:
+        if (s.error and not s.late) or s.verified:
             break
     report(
         s.error is None and s.verified > 0 and s.end_reason == 1 and s.attached_at + s.verified == 300,
@@ -464,7 +517,7 @@ def main() -> int:
         p = run_session(port, rows, embedded)
         proc.kill()
         proc.wait(timeout=30)
-        if p.error or p.drift_step is not None or p.verified:
+        if (p.error and not p.late) or p.drift_step is not None or p.verified:
             break
     want = f"body {body} velocity.y host="
     good = (
@@ -484,6 +537,20 @@ def main() -> int:
         f"every stage agrees: {p.stages_agree}, first difference: {p.drift_field}"
         + (f"; error: {p.error}" if p.error else ""),
     )
+    # Refusals (docs/protocol.md, Handshake, Messages from the viewer, End reasons).
+    proc, port = start_host(binary, ["--rate", "60", "--steps", "100000"])
+    try:
+        for what, data, after, want in REFUSALS:
+            reason, text = refusal(port, data, after)
+            if want is None:
+                ok = reason is None and text == "welcome"
+                report(ok, f"{what}: {'accepted (welcome)' if ok else f'end {reason} ({text})'}")
+                continue
+            report(reason == want, f"{what}: end {END_REASONS.get(reason, reason)} ({text})"
+                   + ("" if reason == want else f", expected {END_REASONS[want]}"))
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
