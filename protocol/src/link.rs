@@ -61,8 +61,12 @@ impl Link {
     pub fn read(c: &mut Cursor<'_>, body_count: u8) -> Result<Link, FormatError> {
         let at = c.offset();
         let role_byte = c.u8("link role")?;
-        let role = Role::from_byte(role_byte)
-            .ok_or_else(|| c.error_at(at, format!("expected link role 1, 2 or 3, found {role_byte}")))?;
+        let role = Role::from_byte(role_byte).ok_or_else(|| {
+            c.error_at(
+                at,
+                format!("expected link role 1, 2 or 3, found {role_byte}"),
+            )
+        })?;
         let body_at = c.offset();
         let body = c.u8("link body index")?;
         let transfer_step = c.u16("link transfer step")?;

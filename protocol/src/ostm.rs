@@ -13,7 +13,9 @@ use crate::cursor::Cursor;
 use crate::error::FormatError;
 use crate::link::Link;
 use crate::op::{for_each_op, Op, OpKind, MAX_INPUT_LEN};
-use crate::world::{Setup, World, BODY_BYTES, MAX_SNAPSHOT_BYTES, SETUP_BYTES, SNAPSHOT_HEADER_BYTES};
+use crate::world::{
+    Setup, World, BODY_BYTES, MAX_SNAPSHOT_BYTES, SETUP_BYTES, SNAPSHOT_HEADER_BYTES,
+};
 use std::path::Path;
 
 /// The four magic bytes.
@@ -65,7 +67,14 @@ impl Inputs {
     /// Appends a step's input after checking it decodes; returns its ops.
     pub fn push(&mut self, input: &[u8]) -> Result<Vec<Op>, FormatError> {
         if input.len() > MAX_INPUT_LEN {
-            return Err(FormatError::new("input", 0, format!("expected at most {MAX_INPUT_LEN} input bytes, found {}", input.len())));
+            return Err(FormatError::new(
+                "input",
+                0,
+                format!(
+                    "expected at most {MAX_INPUT_LEN} input bytes, found {}",
+                    input.len()
+                ),
+            ));
         }
         let ops = crate::op::decode_input("input", input, 0)?;
         self.bytes.extend_from_slice(input);
@@ -164,7 +173,9 @@ impl Replay {
             if input.is_empty() {
                 counts.empty_steps += 1;
             }
-            let _ = for_each_op("", input, 0, |op| counts.by_kind[op.kind() as usize - 1] += 1);
+            let _ = for_each_op("", input, 0, |op| {
+                counts.by_kind[op.kind() as usize - 1] += 1
+            });
         }
         counts
     }
@@ -184,11 +195,21 @@ impl Replay {
     /// Parses a replay from bytes; `input` names it in errors.
     pub fn from_bytes(input: &str, bytes: &[u8]) -> Result<Replay, FormatError> {
         let mut c = Cursor::new(input, bytes, 0);
-        let Header { flags, setup, link, steps: count, start } = Header::read(input, &mut c)?;
+        let Header {
+            flags,
+            setup,
+            link,
+            steps: count,
+            start,
+        } = Header::read(input, &mut c)?;
         let hashes = if flags & FLAG_HASHES != 0 {
             let rows = count as usize + 1;
             let raw = c.take(rows * 8, &format!("hash rows ({rows} x u64)"))?;
-            Some(raw.chunks_exact(8).map(|r| u64::from_le_bytes(r.try_into().unwrap_or([0; 8]))).collect())
+            Some(
+                raw.chunks_exact(8)
+                    .map(|r| u64::from_le_bytes(r.try_into().unwrap_or([0; 8])))
+                    .collect(),
+            )
         } else {
             None
         };
@@ -213,13 +234,25 @@ impl Replay {
             inputs.ends.push(inputs.bytes.len());
         }
         c.finish("replay")?;
-        Ok(Replay { setup, link, start, hashes, inputs })
+        Ok(Replay {
+            setup,
+            link,
+            start,
+            hashes,
+            inputs,
+        })
     }
 
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        write_header(&mut out, &self.setup, self.link, self.step_count() as u32, self.flags());
+        write_header(
+            &mut out,
+            &self.setup,
+            self.link,
+            self.step_count() as u32,
+            self.flags(),
+        );
         if let Some(w) = &self.start {
             out.extend_from_slice(&(w.snapshot_len() as u32).to_le_bytes());
             w.write_snapshot(&mut out);
@@ -255,7 +288,8 @@ pub struct Header {
 
 /// The longest header: magic, version, flags, setup length, setup, link, step count,
 /// snapshot length and the largest snapshot.
-pub const MAX_HEADER_BYTES: usize = 4 + 2 + 2 + 4 + SETUP_BYTES + Link::LEN + 4 + 4 + MAX_SNAPSHOT_BYTES;
+pub const MAX_HEADER_BYTES: usize =
+    4 + 2 + 2 + 4 + SETUP_BYTES + Link::LEN + 4 + 4 + MAX_SNAPSHOT_BYTES;
 
 impl Header {
     /// Reads and checks everything up to the hash rows; `c` is left at the hash rows.
@@ -272,21 +306,38 @@ impl Header {
         let at = c.offset();
         let flags = c.u16("flags")?;
         if flags & !(FLAG_HASHES | FLAG_START_SNAPSHOT | FLAG_LINK) != 0 {
-            return Err(c.error_at(at, format!("expected flag bits 3..15 to be 0, found flags 0x{flags:04x}")));
+            return Err(c.error_at(
+                at,
+                format!("expected flag bits 3..15 to be 0, found flags 0x{flags:04x}"),
+            ));
         }
         let has_link = flags & FLAG_LINK != 0;
         let at = c.offset();
         let setup_len = c.u32("setup length")?;
-        let want = if has_link { SETUP_BYTES + Link::LEN } else { SETUP_BYTES } as u32;
+        let want = if has_link {
+            SETUP_BYTES + Link::LEN
+        } else {
+            SETUP_BYTES
+        } as u32;
         if setup_len != want {
-            return Err(c.error_at(at, format!("expected setup length {want} (flags 0x{flags:04x}), found {setup_len}")));
+            return Err(c.error_at(
+                at,
+                format!("expected setup length {want} (flags 0x{flags:04x}), found {setup_len}"),
+            ));
         }
         let setup = Setup::read(c)?;
-        let link = if has_link { Some(Link::read(c, setup.bodies)?) } else { None };
+        let link = if has_link {
+            Some(Link::read(c, setup.bodies)?)
+        } else {
+            None
+        };
         let at = c.offset();
         let count = c.u32("step count")?;
         if count > MAX_STEPS {
-            return Err(c.error_at(at, format!("expected step count at most {MAX_STEPS}, found {count}")));
+            return Err(c.error_at(
+                at,
+                format!("expected step count at most {MAX_STEPS}, found {count}"),
+            ));
         }
         let start = if flags & FLAG_START_SNAPSHOT != 0 {
             let at = c.offset();
@@ -294,7 +345,9 @@ impl Header {
             // Check the length's shape before trusting it to take bytes: a snapshot is a
             // 12-byte header and 1..=64 bodies of 32 bytes.
             let min = SNAPSHOT_HEADER_BYTES + BODY_BYTES;
-            if !(min..=MAX_SNAPSHOT_BYTES).contains(&len) || (len - SNAPSHOT_HEADER_BYTES) % BODY_BYTES != 0 {
+            if !(min..=MAX_SNAPSHOT_BYTES).contains(&len)
+                || (len - SNAPSHOT_HEADER_BYTES) % BODY_BYTES != 0
+            {
                 return Err(c.error_at(
                     at,
                     format!("expected start snapshot length 12 + 32 x (1..=64) ({min}..={MAX_SNAPSHOT_BYTES}), found {len}"),
@@ -306,7 +359,13 @@ impl Header {
         } else {
             None
         };
-        Ok(Header { flags, setup, link, steps: count, start })
+        Ok(Header {
+            flags,
+            setup,
+            link,
+            steps: count,
+            start,
+        })
     }
 }
 
@@ -315,7 +374,11 @@ pub fn write_header(out: &mut Vec<u8>, setup: &Setup, link: Option<Link>, steps:
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&flags.to_le_bytes());
-    let setup_len = if link.is_some() { SETUP_BYTES + Link::LEN } else { SETUP_BYTES } as u32;
+    let setup_len = if link.is_some() {
+        SETUP_BYTES + Link::LEN
+    } else {
+        SETUP_BYTES
+    } as u32;
     out.extend_from_slice(&setup_len.to_le_bytes());
     out.extend_from_slice(&setup.to_bytes());
     if let Some(l) = link {

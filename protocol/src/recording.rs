@@ -35,7 +35,9 @@ impl Recorder {
     /// holds the world's snapshot (flag bit 1), else it must be at step 0 and the replay
     /// starts from the setup.
     pub fn create(path: &Path, world: &World, with_start_snapshot: bool) -> io::Result<Recorder> {
-        if !with_start_snapshot && (world.step != 0 || *world != World::new(world.setup(), world.link())) {
+        if !with_start_snapshot
+            && (world.step != 0 || *world != World::new(world.setup(), world.link()))
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a recording without a start snapshot must start from the setup's world at step 0",
@@ -69,7 +71,8 @@ impl Recorder {
         if self.steps >= MAX_STEPS {
             return Err(io::Error::other("a replay holds at most 16 777 216 steps"));
         }
-        let len = u16::try_from(input.len()).map_err(|_| io::Error::other("step input longer than 65535 bytes"))?;
+        let len = u16::try_from(input.len())
+            .map_err(|_| io::Error::other("step input longer than 65535 bytes"))?;
         self.inputs.write_all(&len.to_le_bytes())?;
         self.inputs.write_all(input)?;
         self.hashes.write_all(&hash_after.to_le_bytes())?;
@@ -82,7 +85,11 @@ impl Recorder {
         self.inputs.flush()?;
         self.hashes.flush()?;
         let flags = FLAG_HASHES
-            | if self.start.is_some() { FLAG_START_SNAPSHOT } else { 0 }
+            | if self.start.is_some() {
+                FLAG_START_SNAPSHOT
+            } else {
+                0
+            }
             | if self.link.is_some() { FLAG_LINK } else { 0 };
         let mut head = Vec::new();
         write_header(&mut head, &self.setup, self.link, self.steps, flags);

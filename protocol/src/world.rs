@@ -411,7 +411,10 @@ impl World {
                 vel,
             };
             if alive > 1 {
-                return Err(c.error_at(at, format!("body {i}: expected alive 0 or 1, found {alive}")));
+                return Err(c.error_at(
+                    at,
+                    format!("body {i}: expected alive 0 or 1, found {alive}"),
+                ));
             }
             if !body.alive && body != Body::default() {
                 return Err(c.error_at(at, format!("body {i}: a removed body must be all zeros")));
@@ -419,7 +422,10 @@ impl World {
             if setup.dims == Dims::Two && (pos[2] != 0 || vel[2] != 0) {
                 // Point at the offending word: position z (+16) or velocity z (+28).
                 let field = if pos[2] != 0 { 16 } else { 28 };
-                return Err(c.error_at(at + field, format!("body {i}: a 2D body must have z = 0 and velocity z = 0")));
+                return Err(c.error_at(
+                    at + field,
+                    format!("body {i}: a 2D body must have z = 0 and velocity z = 0"),
+                ));
             }
             bodies.push(body);
         }
@@ -559,7 +565,14 @@ impl Body {
 
 /// The first field (in snapshot order) where `a` and `b` differ.
 pub fn first_difference(a: &World, b: &World) -> Option<FieldDiff> {
-    let world = |field, x: i64, y: i64| (x != y).then_some(FieldDiff { body: None, field, a: x, b: y });
+    let world = |field, x: i64, y: i64| {
+        (x != y).then_some(FieldDiff {
+            body: None,
+            field,
+            a: x,
+            b: y,
+        })
+    };
     if let Some(d) = world("step", a.step as i64, b.step as i64) {
         return Some(d);
     }

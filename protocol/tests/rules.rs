@@ -511,9 +511,38 @@ fn the_hash_is_xxh3_64_of_the_snapshot_bytes() {
 fn fused_step_equals_the_four_stages_in_order() {
     use ostm_protocol::scenario::Scenario;
     let setups = [
-        (Setup { dims: Dims::Three, bodies: 24, seed: 7 }, None),
-        (Setup { dims: Dims::Two, bodies: 5, seed: 8 }, Some(Link { role: Role::Receiver, body: 3, transfer_step: 150 })),
-        (Setup { dims: Dims::Three, bodies: 9, seed: 9 }, Some(Link { role: Role::Sender, body: 3, transfer_step: 150 })),
+        (
+            Setup {
+                dims: Dims::Three,
+                bodies: 24,
+                seed: 7,
+            },
+            None,
+        ),
+        (
+            Setup {
+                dims: Dims::Two,
+                bodies: 5,
+                seed: 8,
+            },
+            Some(Link {
+                role: Role::Receiver,
+                body: 3,
+                transfer_step: 150,
+            }),
+        ),
+        (
+            Setup {
+                dims: Dims::Three,
+                bodies: 9,
+                seed: 9,
+            },
+            Some(Link {
+                role: Role::Sender,
+                body: 3,
+                transfer_step: 150,
+            }),
+        ),
     ];
     for (setup, link) in setups {
         let mut fused = World::new(setup, link);
@@ -532,11 +561,18 @@ fn fused_step_equals_the_four_stages_in_order() {
             for stage in Stage::ALL {
                 staged.run_stage(stage, &ops);
             }
-            assert_eq!(fused, staged, "fused and staged steps part at step {}", fused.step);
+            assert_eq!(
+                fused, staged,
+                "fused and staged steps part at step {}",
+                fused.step
+            );
             if skipped != staged {
                 planted_caught += 1;
             }
         }
-        assert!(planted_caught > 100, "a step without its move stage was not told apart");
+        assert!(
+            planted_caught > 100,
+            "a step without its move stage was not told apart"
+        );
     }
 }
