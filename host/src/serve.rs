@@ -50,6 +50,9 @@ pub const DEFAULT_STALL_MS: u64 = 10_000;
   ostm-host serve --replay testdata/test-10000.ostm
   # A linked world: viewers see its role and can compute its fields
   ostm-host serve --replay testdata/test-link-left.ostm --rate 30
+  # Continue a keyframe's world (with a replay: from the keyframe's step in that replay)
+  ostm-host serve --from-keyframe k5000.json
+  ostm-host serve --replay testdata/test-10000.ostm --from-keyframe k5000.json
   # Record the host's own session
   ostm-host serve --steps 36000 --record host.ostm
   # Any non-loopback address needs a token (viewers pass --token; it is never logged)
@@ -88,6 +91,11 @@ pub struct Args {
     /// generated world; the stream ends after its last step.
     #[arg(long)]
     pub replay: Option<PathBuf>,
+    /// Start from this keyframe (molen/keyframe@1, docs/keyframe.md): its world, setup
+    /// and link are the host's. With --replay, that file's inputs run on from the
+    /// keyframe's tick; without, the scenario of the keyframe's seed does.
+    #[arg(long, conflicts_with_all = ["dims", "bodies", "seed"])]
+    pub from_keyframe: Option<PathBuf>,
     /// Record the host's own session to this `.ostm` file (hash rows; the start snapshot
     /// when the world did not start at step 0).
     #[arg(long)]
@@ -214,9 +222,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
             args.listen
         ));
     }
-    let source = match &args.replay {
-        Some(path) => Source::replay(path).map_err(|e| e.to_string())?,
-        None => {
+    let source = match (&args.from_keyframe, &args.replay) {
+        (Some(k), replay) => Source::from_keyframe(k, replay.as_deref())?,
+        (None, Some(path)) => Source::replay(path).map_err(|e| e.to_string())?,
+        (None, None) => {
             let dims = match args.dims.unwrap_or(3) {
                 2 => Dims::Two,
                 _ => Dims::Three,

@@ -43,22 +43,18 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
         host_step: step,
     };
     let mut recorder = match &plan.record {
-        Some(path) => {
-            let start_snapshot =
-                matches!(&source, Source::Replay { replay, .. } if replay.start.is_some());
-            match Recorder::create(path, source.world(), start_snapshot) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    let e = end(
-                        EndReason::HostError,
-                        format!("cannot record to {}: {e}", path.display()),
-                        source.world().step,
-                    );
-                    hub.end(e.clone());
-                    return e;
-                }
+        Some(path) => match Recorder::create(path, source.world(), source.needs_start_snapshot()) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                let e = end(
+                    EndReason::HostError,
+                    format!("cannot record to {}: {e}", path.display()),
+                    source.world().step,
+                );
+                hub.end(e.clone());
+                return e;
             }
-        }
+        },
         None => None,
     };
     let mut stamps = match &plan.stamps {

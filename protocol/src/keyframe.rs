@@ -615,13 +615,13 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
     })
 }
 
-/// Runs `replay` on from a keyframe's world: the world must have the replay's setup and
-/// link and a step within the replay; rows from that step on are compared, numbered as in
-/// the file. This is what `verify --from-keyframe` and a host serving from a keyframe use.
+/// The hash row of `replay` that a keyframe's `world` stands at (`tick - start step`):
+/// the input of that row is the next one to run from it.
 ///
 /// # Errors
-/// A message when the keyframe does not belong to the replay.
-pub fn verify_from(replay: &Replay, mut world: World) -> Result<Verdict, String> {
+/// A message when the world has another setup or link than the replay, or a step outside
+/// the replay's steps.
+pub fn row_in(replay: &Replay, world: &World) -> Result<usize, String> {
     if world.setup() != replay.setup || world.link() != replay.link {
         return Err(format!(
             "the keyframe's setup ({}) is not the replay's ({})",
@@ -637,7 +637,17 @@ pub fn verify_from(replay: &Replay, mut world: World) -> Result<Verdict, String>
             world.step
         ));
     }
-    let first = (world.step - start) as usize;
+    Ok((world.step - start) as usize)
+}
+
+/// Runs `replay` on from a keyframe's world: the world must have the replay's setup and
+/// link and a step within the replay; rows from that step on are compared, numbered as in
+/// the file. This is what `verify --from-keyframe` and a host serving from a keyframe use.
+///
+/// # Errors
+/// A message when the keyframe does not belong to the replay.
+pub fn verify_from(replay: &Replay, mut world: World) -> Result<Verdict, String> {
+    let first = row_in(replay, &world)?;
     let rows = replay.hashes.as_deref();
     let mut checked = 0u64;
     for row in first..=replay.step_count() {

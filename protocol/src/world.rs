@@ -194,11 +194,10 @@ impl World {
     /// the result is the same as [`World::run_stage`] over [`Stage::ALL`] (a test holds both).
     pub fn step(&mut self, ops: &[Op]) {
         self.apply_input(ops);
-        let (g, axes) = (self.gravity, self.dims().axes());
-        for b in self.bodies.iter_mut().filter(|b| b.alive) {
-            gravity_body(b, g);
-            move_body(b, axes);
-            count_still(b);
+        let g = self.gravity;
+        match self.dims() {
+            Dims::Two => step_bodies::<2>(&mut self.bodies, g),
+            Dims::Three => step_bodies::<3>(&mut self.bodies, g),
         }
         self.finish_step();
     }
@@ -444,9 +443,20 @@ fn gravity_body(b: &mut Body, g: i32) {
     b.vel[1] = b.vel[1].saturating_sub(g);
 }
 
+/// Stages 2 to 4's per-body work for every live body, with the axis count known at
+/// compile time (the hot loop of [`World::step`]).
+fn step_bodies<const AXES: usize>(bodies: &mut [Body], g: i32) {
+    for b in bodies.iter_mut().filter(|b| b.alive) {
+        gravity_body(b, g);
+        move_body(b, AXES);
+        count_still(b);
+    }
+}
+
 /// Moves one live body on each used axis, then applies floor friction.
+#[inline(always)]
 fn move_body(b: &mut Body, axes: usize) {
-    for a in 0..axes {
+    for a in 0..axes.min(3) {
         (b.pos[a], b.vel[a]) = move_axis(b.pos[a], b.vel[a]);
     }
     if b.pos[1] == 0 {
@@ -472,9 +482,14 @@ fn count_still(b: &mut Body) {
 
 /// Moves one axis: `p + v`, a reflection off the wall it crossed (damped, and settled
 /// against the wall when slow), then a clamp into the box. Computed in i64: never overflows.
+#[inline(always)]
 pub fn move_axis(p: i32, v: i32) -> (i32, i32) {
     let l = BOX_MM as i64;
     let mut np = p as i64 + v as i64;
+    if (0..=l).contains(&np) {
+        // No wall crossed: the common case.
+        return (np as i32, v);
+    }
     let mut nv = v as i64;
     let wall = if np < 0 {
         np = -np;

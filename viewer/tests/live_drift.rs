@@ -1,10 +1,14 @@
 //! The drift report, against a host whose world is changed outside a step by the hidden
 //! `--perturb STEP:BODY` flag (body BODY's velocity.y gains 1 after step STEP, with no
 //! record saying so). The expected values come from running the embedded world here.
+//! The failure bundle the viewer writes on drift replays to the same report.
 
 mod live_support;
 
 use live_support::*;
+use ostm_protocol::bundle::Bundle;
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 const STEP: u64 = 3000;
 
@@ -17,7 +21,9 @@ fn planted() -> (usize, i32) {
     (body, w.bodies[body].vel[1])
 }
 
-fn attach_from_early(perturb: bool) -> std::process::Output {
+/// A host on the embedded world at 1500 steps/s, perturbed at `STEP` when asked, once it
+/// has passed step 10 (so a viewer attaches well before `STEP`).
+fn host(perturb: bool) -> Host {
     let (body, _) = planted();
     let planted = format!("{STEP}:{body}");
     let mut args = vec![
@@ -34,13 +40,50 @@ fn attach_from_early(perturb: bool) -> std::process::Output {
     }
     let mut host = Host::start(&args);
     host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= 10);
-    viewer(&["attach", &host.addr, "--until", "4000"])
+    host
+}
+
+/// `attach --until 4000 --record DIR/s.ostm`, attached early.
+fn attach_from_early(perturb: bool, dir: &Path) -> std::process::Output {
+    let host = host(perturb);
+    let record = dir.join("s.ostm");
+    viewer(&[
+        "attach",
+        &host.addr,
+        "--until",
+        "4000",
+        "--record",
+        record.to_str().unwrap(),
+    ])
+}
+
+/// `ostm-viewer ARGS` run in `dir`, started now (finish it with [`finish`]).
+fn viewer_in(dir: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(viewer_bin())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ostm-viewer")
+}
+
+fn bundles_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".ostmb"))
+        .collect();
+    names.sort();
+    names
 }
 
 #[test]
 fn the_report_names_the_planted_step_body_and_field_and_that_every_stage_agrees() {
     let (body, vy) = planted();
-    let out = attach_from_early(true);
+    let dir = tempfile::tempdir().unwrap();
+    let out = attach_from_early(true, dir.path());
     let text = stdout(&out);
     assert_eq!(code(&out), 1, "drift exits 1: {text}{}", stderr(&out));
     let start = attached_step(&text);
@@ -56,33 +99,53 @@ fn the_report_names_the_planted_step_body_and_field_and_that_every_stage_agrees(
         text.contains("every stage agrees: the host's world was changed outside the step"),
         "{text}"
     );
+    // The bundle lands beside the recording, and the line says how to replay it.
+    let bundle = dir.path().join(format!("s.drift-{STEP}.ostmb"));
+    let b = bundle.to_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "bundle written: {b} (reproduce: ostm-viewer replay {b})"
+        )),
+        "{text}"
+    );
+    // That one command prints the same step, body, field and both values.
+    let out = viewer(&["replay", b]);
+    assert_eq!(code(&out), 1, "the failure reproduces: {}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "first difference at step {STEP}: body {body} velocity.y: this build {vy}, reference {}",
+            vy + 1
+        )),
+        "{}",
+        stdout(&out)
+    );
 }
 
-/// The same run without the planted change: no drift (the test above can fail).
+/// The same run without the planted change: no drift and no bundle (the test above can fail).
 #[test]
 fn without_the_planted_change_the_same_run_verifies() {
-    let out = attach_from_early(false);
+    let dir = tempfile::tempdir().unwrap();
+    let out = attach_from_early(false, dir.path());
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     assert!(stdout(&out).contains("ok: verified "), "{}", stdout(&out));
+    assert_eq!(bundles_in(dir.path()), Vec::<String>::new());
 }
 
 #[test]
-fn the_report_as_json() {
+fn the_report_as_json_and_its_bundle_replays_to_the_same_report() {
     let (body, vy) = planted();
-    let (body_s, step_s) = (body.to_string(), STEP.to_string());
-    let mut host = Host::start(&[
-        "--rate",
-        "1500",
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.ostmb");
+    let host = host(true);
+    let out = viewer(&[
+        "check",
+        &host.addr,
         "--steps",
-        "6000",
+        "5000",
         "--json",
-        "--status-ms",
-        "50",
-        "--perturb",
-        &format!("{step_s}:{body_s}"),
+        "--bundle",
+        path.to_str().unwrap(),
     ]);
-    host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= 10);
-    let out = viewer(&["check", &host.addr, "--steps", "5000", "--json"]);
     assert_eq!(code(&out), 1);
     let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     assert_eq!(v["verdict"], "drift");
@@ -93,9 +156,92 @@ fn the_report_as_json() {
     assert_eq!(d["host"], vy as i64 + 1);
     assert_eq!(d["viewer"], vy as i64);
     assert_eq!(d["every_stage_agrees"], true);
+    assert_eq!(v["bundle"], path.to_str().unwrap());
     // The host answered the drift request.
     host.interrupt();
     let (_, last, _) = host.wait();
     let end: serde_json::Value = serde_json::from_str(&last).unwrap();
     assert_eq!(end["drift_requests"], 1);
+
+    // Replayed: the same step, both hashes, and the same body, field and values.
+    let replay = |p: &Path| {
+        let out = viewer(&["replay", p.to_str().unwrap(), "--json"]);
+        let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+        (code(&out), v)
+    };
+    let (rc, r) = replay(&path);
+    assert_eq!(rc, 1, "the failure reproduces: {r}");
+    assert_eq!(r["mismatch"]["step"], d["step"]);
+    assert_eq!(r["mismatch"]["expected"], d["host_hash"]);
+    assert_eq!(r["mismatch"]["computed"], d["viewer_hash"]);
+    let f = &r["difference"];
+    assert_eq!(
+        (&f["step"], &f["body"], &f["field"], &f["value"], &f["this"]),
+        (
+            &d["step"],
+            &d["body"],
+            &d["field"],
+            &d["host"],
+            &d["viewer"]
+        ),
+        "{r}"
+    );
+    assert_eq!(f["other"], "reference");
+
+    // The bundle really carries the failure. Without the host's snapshot the hash row
+    // still differs but no field difference is named ...
+    let bundle = Bundle::read_file(&path).unwrap();
+    assert!(bundle.reference.is_some() && bundle.writer.is_some());
+    let mut stripped = bundle.clone();
+    stripped.reference = None;
+    let p = dir.path().join("stripped.ostmb");
+    stripped.write_file(&p).unwrap();
+    let (rc, r) = replay(&p);
+    assert_eq!(rc, 1, "{r}");
+    assert_eq!(r["difference"], serde_json::Value::Null, "{r}");
+    // ... and the same step on an unperturbed host (its world and hash are the viewer's)
+    // reproduces nothing at all.
+    let viewer_world = bundle.writer.clone().unwrap();
+    let start = bundle.replay.start.clone().unwrap();
+    let clean = Bundle::from_drift(
+        &start,
+        bundle.replay.inputs.get(0),
+        viewer_world.hash(),
+        &viewer_world,
+        Some(viewer_world.clone()),
+        "unperturbed",
+    )
+    .unwrap();
+    let p = dir.path().join("clean.ostmb");
+    clean.write_file(&p).unwrap();
+    let (rc, r) = replay(&p);
+    assert_eq!(rc, 0, "{r}");
+    assert_eq!(r["reproduces"], false);
+    assert_eq!(r["difference"], serde_json::Value::Null, "{r}");
+}
+
+/// Without `--bundle` (and no recording) the bundle is `drift-STEP.ostmb` in the current
+/// directory; `--no-bundle` writes none.
+#[test]
+fn the_default_bundle_path_and_no_bundle() {
+    let (with, without) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let host = host(true);
+    let a = viewer_in(with.path(), &["check", &host.addr, "--steps", "5000"]);
+    let b = viewer_in(
+        without.path(),
+        &["check", &host.addr, "--steps", "5000", "--no-bundle"],
+    );
+    let (a, b) = (finish(a), finish(b));
+    assert_eq!((code(&a), code(&b)), (1, 1));
+    let name = format!("drift-{STEP}.ostmb");
+    assert!(
+        stdout(&a).ends_with(&format!(
+            "; bundle written: {name} (reproduce: ostm-viewer replay {name})\n"
+        )),
+        "{}",
+        stdout(&a)
+    );
+    assert_eq!(bundles_in(with.path()), vec![name]);
+    assert!(!stdout(&b).contains("bundle"), "{}", stdout(&b));
+    assert_eq!(bundles_in(without.path()), Vec::<String>::new());
 }

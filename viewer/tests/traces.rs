@@ -355,7 +355,20 @@ fn keyframes_validate_against_the_schema_and_continue_exactly_like_the_original(
         assert_eq!(code, 0, "step {step}: {out}{err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["rows_checked"], 401 - step, "{out}");
+        assert_eq!(v["from_step"], step, "{out}");
     }
+    // The text names the steps checked, from the keyframe's tick (rows 250..=400).
+    let (code, out, _) = run(&[
+        "verify",
+        s(&path),
+        "--from-keyframe",
+        s(&dir.path().join("k250.json")),
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with("ok: all 151 hash rows match (steps 250..400) from the keyframe "),
+        "{out}"
+    );
     // Planted: one body one millimetre off at step 250 is caught at row 250.
     let k = dir.path().join("k250.json");
     let mut doc: serde_json::Value =
@@ -376,6 +389,10 @@ fn keyframes_validate_against_the_schema_and_continue_exactly_like_the_original(
     assert_eq!(code, 1, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["mismatch"]["step"], 250);
+    assert_eq!(
+        v["rows_checked"], 1,
+        "only the keyframe's own row was compared"
+    );
 }
 
 #[test]

@@ -3,12 +3,14 @@
 
 use crate::cmd::fields;
 use crate::cmd::inspect::link_info;
+use crate::cmd::verify::{add_bundle_json, written_line, BundleArgs, Written};
 use crate::exit::Exit;
+use crate::live::drift::{default_bundle_path, write_bundle};
 use crate::live::session::{self, Event, Options, Outcome, Status, Stop};
 use ostm_protocol::fields::{density_decimal, Fields};
 use ostm_protocol::World;
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Arguments of `attach`.
@@ -32,6 +34,9 @@ place on a terminal, once a second otherwise; lag = the host step last heard of 
 viewer's verified step), `resync: ...` lines, `recorded FILE (...)` per file, and a last
 `ok: ...`, `stopped: ...`, drift report, or `error: ...` (on stderr).
 A recording continues in SESSION.1.ostm, SESSION.2.ostm, ... after each resync.
+On drift a failure bundle is written (docs/bundle-format.md): --bundle PATH, else beside
+the recording (SESSION.drift-STEP.ostmb), else drift-STEP.ostmb in the current directory;
+`ostm-viewer replay BUNDLE` reproduces it.
 
 Exit codes:
   0  stopped as asked (--steps, --until, Ctrl-C), or the host ended the stream cleanly
@@ -65,6 +70,8 @@ pub struct Args {
     /// commas; implies --fields.
     #[arg(long, value_name = "STEP", value_delimiter = ',')]
     pub fields_at: Vec<u64>,
+    #[command(flatten)]
+    pub bundle: BundleArgs,
     /// Test only: verify at most this many steps per second (with a small receive buffer).
     #[arg(long, hide = true)]
     pub throttle: Option<u32>,
@@ -209,9 +216,11 @@ pub fn run(args: Args) -> Exit {
         eprintln!();
     }
     let (exit, plain, obj) = verdict(&outcome);
+    let bundle = drift_bundle(&outcome, &args.bundle, args.record.as_deref());
     if json {
         let mut obj = obj;
         obj["event"] = "end".into();
+        add_bundle_json(&mut obj, bundle.as_ref());
         out(&obj.to_string());
     } else {
         for (step, why) in &outcome.fields_missed {
@@ -230,8 +239,28 @@ pub fn run(args: Args) -> Exit {
         } else {
             out(&plain);
         }
+        match &bundle {
+            Some(w @ Ok(_)) => out(&written_line(w)),
+            Some(w @ Err(_)) => eprintln!("{}", written_line(w)),
+            None => {}
+        }
     }
     exit
+}
+
+/// Writes the drift bundle when the session stopped on drift, unless `--no-bundle`: to
+/// `--bundle`, else [`default_bundle_path`] (beside `record` when recording).
+pub fn drift_bundle(o: &Outcome, opts: &BundleArgs, record: Option<&Path>) -> Option<Written> {
+    let Stop::Drift(report) = &o.stop else {
+        return None;
+    };
+    let path = opts.target(|| default_bundle_path(record, report.step))?;
+    let written = write_bundle(report, &path);
+    match &written {
+        Ok(p) => tracing::info!(path = %p.display(), "drift bundle written"),
+        Err(e) => tracing::warn!("no drift bundle written: {e}"),
+    }
+    Some(written)
 }
 
 /// The verdict of a session: its exit code, one human line (a drift report is several),

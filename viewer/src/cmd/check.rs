@@ -1,7 +1,8 @@
 //! `ostm-viewer check ADDR --steps N`: attach, verify N steps, print a one-line verdict.
 //! The command a monitoring script runs.
 
-use crate::cmd::attach::{ctrl_c, runtime, verdict};
+use crate::cmd::attach::{ctrl_c, drift_bundle, runtime, verdict};
+use crate::cmd::verify::{add_bundle_json, written_line, BundleArgs};
 use crate::exit::Exit;
 use crate::live::session::{self, Options, Stop};
 
@@ -18,7 +19,10 @@ use crate::live::session::{self, Options, Stop};
   */5 * * * *  ostm-viewer check 127.0.0.1:7878 --steps 600 >> $HOME/ostm-check.log || tail -n 1 $HOME/ostm-check.log
 
 Prints exactly one line: `ok: verified N steps (step A to B) on ADDR`, `drift: ...` or
-`error: ...` (with --json, one object: verdict, message, verified, lag, ...).
+`error: ...` (with --json, one object: verdict, message, verified, lag, ...). On drift
+it writes a failure bundle (--bundle PATH, else drift-STEP.ostmb in the current directory;
+--no-bundle for none) and the line ends with
+`bundle written: PATH (reproduce: ostm-viewer replay PATH)`.
 
 Exit codes:
   0  N steps verified
@@ -37,6 +41,8 @@ pub struct Args {
     /// Print the verdict as one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub bundle: BundleArgs,
 }
 
 /// Runs `check`.
@@ -68,6 +74,10 @@ pub fn run(args: Args) -> Exit {
         );
         obj["verdict"] = "error".into();
     }
+    let bundle = drift_bundle(&outcome, &args.bundle, None);
+    if let Some(w) = &bundle {
+        line = format!("{line}; {}", written_line(w));
+    }
     let line = match exit {
         Exit::Ok => format!("{line} on {}", args.addr),
         Exit::Different => format!("drift: {line}"),
@@ -75,6 +85,7 @@ pub fn run(args: Args) -> Exit {
         Exit::Failure => format!("error: {line}"),
     };
     if args.json {
+        add_bundle_json(&mut obj, bundle.as_ref());
         obj["addr"] = args.addr.into();
         obj["message"] = line.into();
         println!("{obj}");

@@ -32,16 +32,61 @@ pub struct Args {
     /// Print one JSON object on stdout instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Where to write the failure bundle on a mismatch (default: FILE.ostmb).
-    #[arg(long, conflicts_with = "no_bundle")]
-    pub bundle: Option<PathBuf>,
-    /// Write no failure bundle on a mismatch.
-    #[arg(long)]
-    pub no_bundle: bool,
+    #[command(flatten)]
+    pub bundle: BundleArgs,
     /// Start from this keyframe (molen/keyframe@1, docs/keyframe.md) instead of the
     /// replay's start, and compare the rows from its tick on.
     #[arg(long)]
     pub from_keyframe: Option<PathBuf>,
+}
+
+/// Where a failure bundle goes: `--bundle PATH` or `--no-bundle`. Shared by every command
+/// that writes one (`verify`, `attach`, `check`); each states its default in its help.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct BundleArgs {
+    /// Where to write the failure bundle (default: see below).
+    #[arg(long, conflicts_with = "no_bundle")]
+    pub bundle: Option<PathBuf>,
+    /// Write no failure bundle.
+    #[arg(long)]
+    pub no_bundle: bool,
+}
+
+impl BundleArgs {
+    /// The path to write to: `--bundle`, else `default()`; `None` with `--no-bundle`.
+    pub fn target(&self, default: impl FnOnce() -> PathBuf) -> Option<PathBuf> {
+        if self.no_bundle {
+            return None;
+        }
+        Some(self.bundle.clone().unwrap_or_else(default))
+    }
+}
+
+/// What became of a bundle: its path, or why it could not be written.
+pub type Written = Result<PathBuf, String>;
+
+/// The line printed for a bundle: where it is and the one command that replays it.
+pub fn written_line(w: &Written) -> String {
+    match w {
+        Ok(p) => format!(
+            "bundle written: {} (reproduce: ostm-viewer replay {})",
+            p.display(),
+            p.display()
+        ),
+        Err(e) => format!("error: no bundle written: {e}"),
+    }
+}
+
+/// Adds `bundle` (the path, or null) and, when writing failed, `bundle_error` to a JSON
+/// result object.
+pub fn add_bundle_json(obj: &mut serde_json::Value, w: Option<&Written>) {
+    obj["bundle"] = match w {
+        Some(Ok(p)) => p.display().to_string().into(),
+        _ => serde_json::Value::Null,
+    };
+    if let Some(Err(e)) = w {
+        obj["bundle_error"] = e.clone().into();
+    }
 }
 
 /// The first hash row that differs.
@@ -76,11 +121,14 @@ pub fn run(args: Args) -> Exit {
         Ok(r) => r,
         Err(e) => return malformed(&args.file, args.json, &e),
     };
-    let verdict = match &args.from_keyframe {
+    // The step the run starts from: the keyframe's tick, else the file's start step.
+    let (verdict, from) = match &args.from_keyframe {
         Some(k) => match ostm_protocol::keyframe::read_file(k)
             .map_err(|e| e.to_string())
             .and_then(|k| {
+                let from = k.world.step;
                 ostm_protocol::keyframe::verify_from(&replay, k.world)
+                    .map(|v| (v, from))
                     .map_err(|e| format!("{}: {e}", k_name(&args)))
             }) {
             Ok(v) => v,
@@ -90,14 +138,14 @@ pub fn run(args: Args) -> Exit {
             let bar = progress_bar(replay.step_count());
             let v = replay.verify(|done| bar.set_position(done as u64));
             bar.finish_and_clear();
-            v
+            (v, replay.start_step())
         }
     };
     match verdict {
         Verdict::Match {
             final_hash,
             rows_checked,
-        } => matched(&args, &replay, final_hash, rows_checked),
+        } => matched(&args, &replay, from, final_hash, rows_checked),
         Verdict::Mismatch {
             step,
             row,
@@ -106,6 +154,7 @@ pub fn run(args: Args) -> Exit {
         } => mismatched(
             &args,
             &replay,
+            from,
             Mismatch {
                 step,
                 row,
@@ -116,10 +165,12 @@ pub fn run(args: Args) -> Exit {
     }
 }
 
-fn matched(args: &Args, replay: &Replay, final_hash: u64, rows_checked: u64) -> Exit {
+/// Reports a run whose rows all matched; `from` is the step the run started from (the
+/// keyframe's tick with `--from-keyframe`, else the file's start step).
+fn matched(args: &Args, replay: &Replay, from: u64, final_hash: u64, rows_checked: u64) -> Exit {
     let start = replay.start_step();
     let end = start.wrapping_add(replay.step_count() as u64);
-    let steps = replay.step_count();
+    let steps = end.wrapping_sub(from);
     let no_rows = replay.hashes.is_none();
     tracing::info!(steps, rows_checked, final_hash = %hex(final_hash), "replay verified");
     if args.json {
@@ -127,21 +178,26 @@ fn matched(args: &Args, replay: &Replay, final_hash: u64, rows_checked: u64) -> 
             "file": args.file.display().to_string(),
             "result": if no_rows { "no_hash_rows" } else { "match" },
             "start_step": start,
-            "step_count": steps,
+            "step_count": replay.step_count(),
             "end_step": end,
+            "from_step": from,
             "rows_checked": rows_checked,
             "final_hash": hex(final_hash),
         });
         return print_json(&doc, Exit::Ok);
     }
+    let keyframe = match &args.from_keyframe {
+        Some(k) => format!(" from the keyframe {}", k.display()),
+        None => String::new(),
+    };
     if no_rows {
         println!(
-            "no hash rows: ran {steps} steps (steps {start}..{end}); final hash {} at step {end}",
+            "no hash rows: ran {steps} steps (steps {from}..{end}){keyframe}; final hash {} at step {end}",
             hex(final_hash)
         );
     } else {
         println!(
-            "ok: all {rows_checked} hash rows match (steps {start}..{end}); final hash {} at step {end}",
+            "ok: all {rows_checked} hash rows match (steps {from}..{end}){keyframe}; final hash {} at step {end}",
             hex(final_hash)
         );
     }
@@ -153,26 +209,37 @@ fn matched(args: &Args, replay: &Replay, final_hash: u64, rows_checked: u64) -> 
 /// This is the one place a mismatch is handled: anything more to do on a mismatch (such
 /// as writing a failure bundle) hooks in here. The world just before the failing row's
 /// step can be rebuilt by running `replay` from its start world for `row - 1` steps.
-pub fn mismatched(args: &Args, replay: &Replay, m: Mismatch) -> Exit {
+///
+/// `from` is the step the run started from: rows before it were not compared.
+pub fn mismatched(args: &Args, replay: &Replay, from: u64, m: Mismatch) -> Exit {
     let (file, json) = (args.file.as_path(), args.json);
     tracing::info!(step = m.step, row = m.row, "hash row differs");
-    let bundle = (!args.no_bundle).then(|| write_bundle(args, replay, m));
+    let bundle = args
+        .bundle
+        .target(|| {
+            let mut s = args.file.as_os_str().to_owned();
+            s.push(".ostmb");
+            PathBuf::from(s)
+        })
+        .map(|path| write_bundle(args, replay, m, path));
+    let first_row = from.wrapping_sub(replay.start_step()) as usize;
     if json {
-        let doc = serde_json::json!({
+        let mut doc = serde_json::json!({
             "file": file.display().to_string(),
             "result": "mismatch",
             "start_step": replay.start_step(),
             "step_count": replay.step_count(),
             "end_step": replay.start_step().wrapping_add(replay.step_count() as u64),
-            "rows_checked": m.row + 1,
+            "from_step": from,
+            "rows_checked": m.row + 1 - first_row,
             "mismatch": {
                 "step": m.step,
                 "row": m.row,
                 "expected": hex(m.expected),
                 "actual": hex(m.actual),
             },
-            "bundle": bundle.as_ref().map(|b| b.as_ref().map(|p| p.display().to_string()).map_err(|e| e.to_string())),
         });
+        add_bundle_json(&mut doc, bundle.as_ref());
         return print_json(&doc, Exit::Different);
     }
     println!(
@@ -182,21 +249,16 @@ pub fn mismatched(args: &Args, replay: &Replay, m: Mismatch) -> Exit {
         hex(m.expected),
         hex(m.actual)
     );
-    if m.row > 0 {
+    if m.row > first_row {
         println!(
-            "rows 0..={} (steps {}..={}) matched",
+            "rows {first_row}..={} (steps {from}..={}) matched",
             m.row - 1,
-            replay.start_step(),
             m.step.wrapping_sub(1)
         );
     }
-    match bundle {
-        Some(Ok(p)) => println!(
-            "bundle written: {} (reproduce: ostm-viewer replay {})",
-            p.display(),
-            p.display()
-        ),
-        Some(Err(e)) => eprintln!("error: no bundle written: {e}"),
+    match &bundle {
+        Some(w @ Ok(_)) => println!("{}", written_line(w)),
+        Some(w @ Err(_)) => eprintln!("{}", written_line(w)),
         None => {}
     }
     Exit::Different
@@ -210,12 +272,7 @@ fn k_name(args: &Args) -> String {
 }
 
 /// Writes the failure bundle for a mismatch: the writer's world is this run's at the row.
-fn write_bundle(args: &Args, replay: &Replay, m: Mismatch) -> Result<PathBuf, String> {
-    let path = args.bundle.clone().unwrap_or_else(|| {
-        let mut s = args.file.as_os_str().to_owned();
-        s.push(".ostmb");
-        PathBuf::from(s)
-    });
+fn write_bundle(args: &Args, replay: &Replay, m: Mismatch, path: PathBuf) -> Written {
     let mut world = match &args.from_keyframe {
         Some(k) => {
             ostm_protocol::keyframe::read_file(k)

@@ -3,12 +3,16 @@
 //! [`on_drift`] is the one place drift is handled: the session gathers the evidence
 //! (both worlds, both hashes, the step's input, the host's reply to the drift request)
 //! and calls it once, on the first mismatch. Anything else that should happen on drift
-//! (such as writing a failure bundle) hooks in there.
+//! hooks in there: it also packs the evidence as a failure bundle
+//! ([`DriftReport::bundle`]), which the command writes with [`write_bundle`] where its
+//! `--bundle`/`--record` options say ([`default_bundle_path`]).
 
+use ostm_protocol::bundle::Bundle;
 use ostm_protocol::wire::{DriftReply, DriftStatus};
 use ostm_protocol::world::{first_difference, FieldDiff};
 use ostm_protocol::{Stage, World};
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 /// Everything known when the host's hash for step `step` differs from the viewer's.
 #[derive(Debug, Clone)]
@@ -54,31 +58,39 @@ pub struct DriftReport {
     pub stages: Stages,
     /// Why the field is missing, when it is.
     pub note: Option<String>,
+    /// The evidence as a failure bundle (`Bundle::from_drift`): the viewer's world before
+    /// the step, the step's input, both hashes, both worlds after it when the host sent
+    /// its own. An error only if the step's input does not decode.
+    pub bundle: Result<Box<Bundle>, String>,
 }
 
 /// Handles a drift: builds the report from the evidence. The single hook for drift.
 pub fn on_drift(e: &Evidence) -> DriftReport {
     let mut note = None;
-    let field = match &e.reply {
+    let host_after = match &e.reply {
         Some(DriftReply {
             status: DriftStatus::Held,
             world: Some(host),
             ..
-        }) => {
+        }) => Some(host),
+        _ => None,
+    };
+    let field = match (host_after, &e.reply) {
+        (Some(host), _) => {
             let d = first_difference(host, &e.viewer_after);
             if d.is_none() {
                 note = Some("the host's snapshot equals the viewer's world field by field; only the streamed hash differs".into());
             }
             d
         }
-        Some(DriftReply { status, .. }) => {
+        (None, Some(DriftReply { status, .. })) => {
             note = Some(match status {
                 DriftStatus::TooOld => "the host no longer holds its snapshot at that step".into(),
                 _ => "the host has no snapshot at that step".into(),
             });
             None
         }
-        None => {
+        (None, None) => {
             note = Some("the host did not answer the drift request".into());
             None
         }
@@ -107,14 +119,65 @@ pub fn on_drift(e: &Evidence) -> DriftReport {
                 .into(),
         ),
     };
-    DriftReport {
+    let mut report = DriftReport {
         step: e.step,
         host_hash: e.host_hash,
         viewer_hash: e.viewer_hash,
         field,
         stages,
         note,
+        bundle: Err(String::new()),
+    };
+    let description = format!(
+        "ostm-viewer {} live drift: {}; {}",
+        env!("CARGO_PKG_VERSION"),
+        report.headline(),
+        report.stage_line()
+    );
+    report.bundle = Bundle::from_drift(
+        &e.viewer_before,
+        &e.input,
+        e.host_hash,
+        &e.viewer_after,
+        host_after.cloned(),
+        &description,
+    )
+    .map(Box::new)
+    .map_err(|err| err.to_string());
+    report
+}
+
+/// Where a drift bundle goes without `--bundle`: beside the recording when there is one
+/// (`DIR/STEM.drift-STEP.ostmb` for `--record DIR/STEM.ostm`), else `drift-STEP.ostmb` in
+/// the current directory.
+pub fn default_bundle_path(record: Option<&Path>, step: u64) -> PathBuf {
+    let name = format!("drift-{step}.ostmb");
+    match record {
+        Some(r) => {
+            let stem = r.file_stem().map(|s| s.to_string_lossy().into_owned());
+            let name = match stem {
+                Some(stem) if !stem.is_empty() => format!("{stem}.{name}"),
+                _ => name,
+            };
+            r.with_file_name(name)
+        }
+        None => PathBuf::from(name),
     }
+}
+
+/// Writes the report's bundle to `path` (whole, through `PATH.part`).
+///
+/// # Errors
+/// A message naming the path, or why there is no bundle.
+pub fn write_bundle(report: &DriftReport, path: &Path) -> Result<PathBuf, String> {
+    let bundle = report
+        .bundle
+        .as_ref()
+        .map_err(|e| format!("no bundle could be made: {e}"))?;
+    bundle
+        .write_file(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path.to_path_buf())
 }
 
 fn decode(input: &[u8]) -> Vec<ostm_protocol::Op> {
@@ -247,6 +310,25 @@ mod tests {
             )
         );
         assert_eq!(r.stages, Stages::AllAgree);
+        // The bundle made on drift replays to the same body and field, host value as
+        // the reference's.
+        let b = r.bundle.as_ref().unwrap();
+        assert_eq!(
+            b.reference.as_ref(),
+            e.reply.as_ref().unwrap().world.as_ref()
+        );
+        let d = b.check().difference.unwrap();
+        assert_eq!((d.diff.body, d.diff.field), (Some(2), "velocity.y"));
+        assert_eq!((d.diff.a, d.diff.b), (v as i64, v as i64 + 1));
+    }
+
+    #[test]
+    fn the_default_bundle_path_is_beside_the_recording_else_here() {
+        assert_eq!(
+            default_bundle_path(Some(Path::new("runs/s.ostm")), 42),
+            Path::new("runs/s.drift-42.ostmb")
+        );
+        assert_eq!(default_bundle_path(None, 7), Path::new("drift-7.ostmb"));
     }
 
     #[test]
@@ -311,5 +393,9 @@ mod tests {
             "{r}"
         );
         assert!(r.note.is_some());
+        // Still a bundle, without the host's world.
+        let b = r.bundle.unwrap();
+        assert!(b.reference.is_none() && b.writer.is_some());
+        assert_eq!(b.check().mismatch.map(|m| m.step), Some(1));
     }
 }
