@@ -171,16 +171,7 @@ mod tests {
             bodies: bodies.len().max(1) as u8,
             seed: 7,
         };
-        let mut w = World::new(setup, None);
-        w.bodies = bodies
-            .iter()
-            .map(|&pos| Body {
-                alive: true,
-                pos,
-                ..Body::default()
-            })
-            .collect();
-        w
+        World::with_bodies_at(setup, None, bodies)
     }
 
     /// Every vertex not listed in `expect` must be zero.

@@ -173,6 +173,22 @@ impl World {
         }
     }
 
+    /// A world of `setup` and `link` at step 0 whose body slots are exactly `positions`,
+    /// every body alive and at rest (velocity 0, still count 0): a world built by hand.
+    /// The slot count is the number of positions, whatever `setup.bodies` says.
+    pub fn with_bodies_at(setup: Setup, link: Option<Link>, positions: &[[i32; 3]]) -> World {
+        let mut w = World::new(setup, link);
+        w.bodies = positions
+            .iter()
+            .map(|&pos| Body {
+                alive: true,
+                pos,
+                ..Body::default()
+            })
+            .collect();
+        w
+    }
+
     /// The setup the world was made from.
     pub fn setup(&self) -> Setup {
         self.setup

@@ -49,15 +49,7 @@ fn hand_built(
         bodies: bodies.len() as u8 + 1,
         seed: 9,
     };
-    let mut w = World::new(setup, link);
-    w.bodies = bodies
-        .iter()
-        .map(|&pos| Body {
-            alive: true,
-            pos,
-            ..Body::default()
-        })
-        .collect();
+    let mut w = World::with_bodies_at(setup, link, bodies);
     w.bodies.push(Body::default());
     w.step = 5;
     let mut r = Replay::new(setup, link);

@@ -604,7 +604,7 @@ mod tests {
     const OVERLAY_VERTICES: usize =
         ostm_protocol::fields::VERTICES * ostm_protocol::fields::VERTICES;
     const OVERLAY_TRIANGLES: usize = GRID * GRID * 2;
-    use ostm_protocol::world::{Body, Setup};
+    use ostm_protocol::world::Setup;
     use ostm_protocol::{Link, Role};
 
     fn world(dims: Dims, bodies: &[[i32; 3]], link: Option<Link>) -> World {
@@ -613,17 +613,29 @@ mod tests {
             bodies: bodies.len() as u8,
             seed: 3,
         };
-        let mut w = World::new(setup, link);
-        w.bodies = bodies
-            .iter()
-            .map(|&pos| Body {
-                alive: true,
-                pos,
-                ..Body::default()
-            })
-            .collect();
+        let mut w = World::with_bodies_at(setup, link, bodies);
         w.step = 42;
         w
+    }
+
+    /// The picture of `w` named `a.ostm`, with no overlay and no ghost.
+    fn plain(w: &World) -> String {
+        render(&Frame {
+            name: "a.ostm".into(),
+            world: w,
+            overlay: Overlay::None,
+            ghost: Ghost::None,
+        })
+    }
+
+    /// The first body's circle.
+    fn body_circle<'a, 'i>(doc: &'a roxmltree::Document<'i>) -> roxmltree::Node<'a, 'i> {
+        doc.descendants()
+            .find(|n| {
+                n.has_tag_name("circle")
+                    && n.parent().and_then(|p| p.attribute("class")) == Some("body")
+            })
+            .expect("body circle")
     }
 
     fn parse(svg: &str) -> roxmltree::Document<'_> {
@@ -649,39 +661,15 @@ mod tests {
     fn a_2d_body_is_drawn_from_the_side_and_a_3d_body_from_above() {
         // Plot 760 px for 10 000 mm: 0.076 px/mm, origin (84, 112).
         let w = world(Dims::Two, &[[2500, 7500, 0]], None);
-        let frame = Frame {
-            name: "a.ostm".into(),
-            world: &w,
-            overlay: Overlay::None,
-            ghost: Ghost::None,
-        };
-        let svg = render(&frame);
+        let svg = plain(&w);
         let doc = parse(&svg);
-        let c = doc
-            .descendants()
-            .find(|n| {
-                n.has_tag_name("circle")
-                    && n.parent().and_then(|p| p.attribute("class")) == Some("body")
-            })
-            .expect("body circle");
+        let c = body_circle(&doc);
         // x = 84 + 2500 * 0.076 = 274; y up: 112 + (10000 - 7500) * 0.076 = 302.
         assert_eq!((num(c, "cx"), num(c, "cy")), (274.0, 302.0));
         let w = world(Dims::Three, &[[2500, 7500, 1000]], None);
-        let frame = Frame {
-            name: "a.ostm".into(),
-            world: &w,
-            overlay: Overlay::None,
-            ghost: Ghost::None,
-        };
-        let svg = render(&frame);
+        let svg = plain(&w);
         let doc = parse(&svg);
-        let c = doc
-            .descendants()
-            .find(|n| {
-                n.has_tag_name("circle")
-                    && n.parent().and_then(|p| p.attribute("class")) == Some("body")
-            })
-            .expect("body circle");
+        let c = body_circle(&doc);
         // z down the page: y = 112 + 1000 * 0.076 = 188; radius 8 + 6 * 0.75 = 12.5.
         assert_eq!(
             (num(c, "cx"), num(c, "cy"), num(c, "r")),
