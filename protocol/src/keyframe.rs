@@ -630,7 +630,7 @@ pub fn row_in(replay: &Replay, world: &World) -> Result<usize, String> {
         ));
     }
     let start = replay.start_step();
-    let end = start + replay.step_count() as u64;
+    let end = replay.end_step();
     if world.step < start || world.step > end {
         return Err(format!(
             "the keyframe's tick {} is outside the replay's steps {start}..={end}",

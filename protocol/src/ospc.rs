@@ -148,21 +148,19 @@ impl PoseCache {
         if replay.setup.dims == Dims::Two && offset[2] != 0 {
             return Err(GhostError::OffsetZ(offset[2]));
         }
-        let first = replay.start_step();
-        let last = first + replay.step_count() as u64;
+        let (first, last) = (replay.start_step(), replay.end_step());
         let to = from.saturating_add(frames - 1);
-        if from < first || to > last {
-            return Err(GhostError::OutOfRange {
-                first,
-                last,
-                from,
-                to,
-            });
+        let out_of_range = GhostError::OutOfRange {
+            first,
+            last,
+            from,
+            to,
+        };
+        if to > last {
+            return Err(out_of_range);
         }
-        let mut world = replay.start_world();
-        for i in 0..(from - first) as usize {
-            world.step(&replay.inputs.ops(i));
-        }
+        // Fails exactly when `from` is outside the replay.
+        let mut world = replay.world_at(from, |_| {}).map_err(|_| out_of_range)?;
         let mut worlds_poses: Vec<Vec<Pose>> = Vec::with_capacity(frames as usize);
         for f in 0..frames {
             worlds_poses.push(poses_of(&world, offset)?);

@@ -154,6 +154,12 @@ impl Replay {
         self.inputs.len()
     }
 
+    /// The step the replay ends at: the start step plus the step count (wrapping, so a
+    /// hostile start step near `u64::MAX` gives a defined value).
+    pub fn end_step(&self) -> u64 {
+        self.start_step().wrapping_add(self.step_count() as u64)
+    }
+
     /// Runs every step and fills in the hash rows.
     pub fn compute_hashes(&mut self) {
         let mut world = self.start_world();
@@ -405,6 +411,27 @@ pub enum Verdict {
 pub const PROGRESS_EVERY: usize = 4096;
 
 impl Replay {
+    /// The world at step `step` (the state hash row `step - start step` describes), run
+    /// from the start world. `progress` is called with the number of steps done every
+    /// [`PROGRESS_EVERY`] steps. Fails with a sentence when the replay does not hold that
+    /// step.
+    pub fn world_at(&self, step: u64, mut progress: impl FnMut(usize)) -> Result<World, String> {
+        let (first, last) = (self.start_step(), self.end_step());
+        if step < first || step > last {
+            return Err(format!(
+                "step {step} is outside the replay, which holds steps {first}..={last}"
+            ));
+        }
+        let mut world = self.start_world();
+        for i in 0..(step - first) as usize {
+            world.step(&self.inputs.ops(i));
+            if i % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
+                progress(i + 1);
+            }
+        }
+        Ok(world)
+    }
+
     /// Runs every step, comparing each hash row by step number: row `i` against the world
     /// hash at the start step + `i` (row 0 before any step runs). Stops at the first row
     /// that differs. `progress` is called with the number of steps done every

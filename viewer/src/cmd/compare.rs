@@ -71,7 +71,7 @@ pub fn run(args: Args) -> Exit {
     };
     let first = cache.start_step();
     let last = first + cache.frame_count() as u64 - 1;
-    let run_last = replay.start_step() + replay.step_count() as u64;
+    let run_last = replay.end_step();
     if first < replay.start_step() || last > run_last {
         return fail(format!(
             "{} covers steps {first}..={last}, but {} holds steps {}..={run_last}",

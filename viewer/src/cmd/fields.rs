@@ -1,9 +1,9 @@
 //! `ostm-viewer fields`: both fields of a replay's world at one step.
 
 use crate::exit::{fail, Exit};
-use crate::render::world_at;
+use crate::render::read_world_at;
 use ostm_protocol::fields::{self, density_decimal, Fields, CELL_MM, DENSITY_ONE, GRID, VERTICES};
-use ostm_protocol::{Dims, Replay, World};
+use ostm_protocol::{Dims, World};
 use serde_json::json;
 
 /// Arguments of `fields`.
@@ -32,13 +32,9 @@ pub struct Args {
 
 /// Runs `fields`.
 pub fn run(args: Args) -> Exit {
-    let replay = match Replay::read_file(&args.file) {
-        Ok(r) => r,
+    let world = match read_world_at(&args.file, args.step) {
+        Ok((_, w)) => w,
         Err(e) => return fail(e),
-    };
-    let world = match world_at(&replay, args.step) {
-        Ok(w) => w,
-        Err(e) => return fail(format!("{}: {e}", args.file.display())),
     };
     let f = fields::compute(&world);
     let name = args.file.display().to_string();

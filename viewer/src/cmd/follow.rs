@@ -139,7 +139,7 @@ fn header_reasons(left: &Replay, right: &Replay, body: Option<u8>) -> Vec<String
     }
     for (side, rep) in [("LEFT", left), ("RIGHT", right)] {
         let first = rep.start_step();
-        let last = first + rep.step_count() as u64;
+        let last = rep.end_step();
         let t = l.transfer_step as u64;
         if t < first || t + 1 > last {
             why.push(format!(

@@ -2,9 +2,8 @@
 
 use crate::exit::{fail, Exit};
 use crate::render::svg::{self, Ghost, Overlay};
-use crate::render::{file_name, png, world_at};
+use crate::render::{file_name, png, read_world_at};
 use ostm_protocol::ospc::PoseCache;
-use ostm_protocol::Replay;
 use std::path::PathBuf;
 
 /// Arguments of `render`.
@@ -57,13 +56,9 @@ pub fn run(args: Args) -> Exit {
     if !(args.scale.is_finite() && args.scale > 0.0 && args.scale <= 8.0) {
         return fail(format!("expected --scale in (0, 8], found {}", args.scale));
     }
-    let replay = match Replay::read_file(&args.file) {
-        Ok(r) => r,
+    let (replay, world) = match read_world_at(&args.file, args.step) {
+        Ok(rw) => rw,
         Err(e) => return fail(e),
-    };
-    let world = match world_at(&replay, args.step) {
-        Ok(w) => w,
-        Err(e) => return fail(format!("{}: {e}", args.file.display())),
     };
     let cache = match &args.ghost {
         Some(p) => match PoseCache::read_file(p) {

@@ -169,7 +169,7 @@ pub fn run(args: Args) -> Exit {
 /// keyframe's tick with `--from-keyframe`, else the file's start step).
 fn matched(args: &Args, replay: &Replay, from: u64, final_hash: u64, rows_checked: u64) -> Exit {
     let start = replay.start_step();
-    let end = start.wrapping_add(replay.step_count() as u64);
+    let end = replay.end_step();
     let steps = end.wrapping_sub(from);
     let no_rows = replay.hashes.is_none();
     tracing::info!(steps, rows_checked, final_hash = %hex(final_hash), "replay verified");
@@ -229,7 +229,7 @@ pub fn mismatched(args: &Args, replay: &Replay, from: u64, m: Mismatch) -> Exit 
             "result": "mismatch",
             "start_step": replay.start_step(),
             "step_count": replay.step_count(),
-            "end_step": replay.start_step().wrapping_add(replay.step_count() as u64),
+            "end_step": replay.end_step(),
             "from_step": from,
             "rows_checked": m.row + 1 - first_row,
             "mismatch": {

@@ -8,27 +8,22 @@ pub mod svg;
 use ostm_protocol::{Dims, Replay, World};
 use std::io::IsTerminal;
 
-/// The world of `replay` at step `step` (the state hash row `step - start` describes).
-/// Fails with a sentence when the replay does not hold that step.
+/// The world of `replay` at step `step` ([`Replay::world_at`]), with a progress bar on a
+/// long run. Fails with a sentence when the replay does not hold that step.
 pub fn world_at(replay: &Replay, step: u64) -> Result<World, String> {
-    let first = replay.start_step();
-    let last = first + replay.step_count() as u64;
-    if step < first || step > last {
-        return Err(format!(
-            "step {step} is outside the replay, which holds steps {first}..={last}"
-        ));
-    }
-    let mut world = replay.start_world();
-    let n = (step - first) as usize;
-    let bar = progress_bar(n as u64, "running to the step");
-    for i in 0..n {
-        world.step(&replay.inputs.ops(i));
-        if i % 4096 == 4095 {
-            bar.set_position(i as u64 + 1);
-        }
-    }
+    let n = step.saturating_sub(replay.start_step());
+    let bar = progress_bar(n, "running to the step");
+    let world = replay.world_at(step, |done| bar.set_position(done as u64));
     bar.finish_and_clear();
-    Ok(world)
+    world
+}
+
+/// The world at step `step` of the replay in `file`, and the replay; the failure is the
+/// sentence to print (the file's name leads a step it does not hold).
+pub fn read_world_at(file: &std::path::Path, step: u64) -> Result<(Replay, World), String> {
+    let replay = Replay::read_file(file).map_err(|e| e.to_string())?;
+    let world = world_at(&replay, step).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok((replay, world))
 }
 
 /// A progress bar on stderr for work of `len` units, shown only when stderr is a terminal

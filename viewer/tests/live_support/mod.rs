@@ -306,5 +306,5 @@ pub fn numbered(base: &Path, n: u32) -> PathBuf {
 /// Where a recording ends: its start step plus its step count.
 pub fn recording_end(path: &Path) -> u64 {
     let r = Replay::read_file(path).unwrap_or_else(|e| panic!("{e}"));
-    r.start_step() + r.step_count() as u64
+    r.end_step()
 }
