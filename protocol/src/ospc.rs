@@ -107,6 +107,13 @@ impl PoseCache {
         self.poses.len() / self.body_count()
     }
 
+    /// The step of the last frame (the start step while no frame is held; a cache read
+    /// from a file holds at least one and its last step fits in `u64`).
+    pub fn last_step(&self) -> u64 {
+        self.start_step
+            .wrapping_add((self.frame_count() as u64).saturating_sub(1))
+    }
+
     /// The poses of frame `f`, if held.
     pub fn frame(&self, f: usize) -> Option<&[Pose]> {
         let n = self.body_count();

@@ -70,7 +70,7 @@ pub fn run(args: Args) -> Exit {
         Err(e) => return fail(e),
     };
     let first = cache.start_step();
-    let last = first + cache.frame_count() as u64 - 1;
+    let last = cache.last_step();
     let run_last = replay.end_step();
     if first < replay.start_step() || last > run_last {
         return fail(format!(

@@ -55,7 +55,7 @@ pub fn run(args: Args) -> Exit {
     if let Err(e) = cache.write_file(&args.output) {
         return fail(format!("{}: cannot write: {e}", args.output.display()));
     }
-    let last = cache.start_step() + cache.frame_count() as u64 - 1;
+    let last = cache.last_step();
     if args.json {
         println!(
             "{}",

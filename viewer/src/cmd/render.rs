@@ -83,7 +83,7 @@ pub fn run(args: Args) -> Exit {
                 poses,
             },
             None => {
-                let last = c.start_step() + c.frame_count() as u64 - 1;
+                let last = c.last_step();
                 tracing::warn!(
                     "{name} holds steps {}..={last}, not step {}",
                     c.start_step(),
