@@ -131,6 +131,26 @@ impl Spec {
     }
 }
 
+/// The linked start that base A of the malformed corpus (`testdata/malformed/`) and the
+/// viewer's `inspect` tests build on: 3D, 2 bodies, seed 1, a sender link (body 1 leaves
+/// at step 5), and the world after three empty steps as its start snapshot (step 3); no
+/// steps and no hash rows yet.
+pub fn linked_start() -> Replay {
+    let setup = setup(Dims::Three, 2, 1);
+    let link = Link {
+        role: Role::Sender,
+        body: 1,
+        transfer_step: 5,
+    };
+    let mut start = World::new(setup, Some(link));
+    for _ in 0..3 {
+        start.step(&[]);
+    }
+    let mut r = Replay::new(setup, Some(link));
+    r.start = Some(start);
+    r
+}
+
 /// Every generated file as (name, bytes), in [`specs`] order, then the pose cache
 /// [`GHOST_FILE`].
 pub fn files() -> Vec<(String, Vec<u8>)> {

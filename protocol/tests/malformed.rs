@@ -7,7 +7,6 @@
 //! them; regenerate with
 //! `OSTM_WRITE_MALFORMED=1 cargo test -p ostm-protocol --test malformed`.
 
-use ostm_protocol::link::{Link, Role};
 use ostm_protocol::op::Op;
 use ostm_protocol::world::{Dims, Setup, World};
 use ostm_protocol::Replay;
@@ -60,7 +59,8 @@ fn put_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
-/// Base A, 168 bytes: 3D, 2 bodies, seed 1, every flag (0x0007).
+/// Base A, 168 bytes: 3D, 2 bodies, seed 1, every flag (0x0007); from
+/// [`ostm_protocol::testdata::linked_start`].
 ///
 /// ```text
 ///   0  magic "OSTM"           4  version 1            6  flags 0x0007
@@ -75,22 +75,7 @@ fn put_u32(b: &mut [u8], at: usize, v: u32) {
 /// 168  end
 /// ```
 fn base_a() -> Vec<u8> {
-    let setup = Setup {
-        dims: Dims::Three,
-        bodies: 2,
-        seed: 1,
-    };
-    let link = Link {
-        role: Role::Sender,
-        body: 1,
-        transfer_step: 5,
-    };
-    let mut start = World::new(setup, Some(link));
-    for _ in 0..3 {
-        start.step(&[]);
-    }
-    let mut r = Replay::new(setup, Some(link));
-    r.start = Some(start);
+    let mut r = ostm_protocol::testdata::linked_start();
     r.inputs.push_ops(&[
         Op::Impulse {
             body: 0,

@@ -30,24 +30,10 @@ fn hex(h: u64) -> String {
 }
 
 /// 3D, 2 bodies, seed 1, a sender link (body 1 at step 5), a start snapshot at step 3,
-/// and four steps: one op of each kind over the first three, then an empty step.
+/// and four steps: one op of each kind over the first three, then an empty step
+/// ([`ostm_protocol::testdata::linked_start`] plus the steps).
 fn linked_replay() -> Replay {
-    let setup = Setup {
-        dims: Dims::Three,
-        bodies: 2,
-        seed: 1,
-    };
-    let link = Link {
-        role: Role::Sender,
-        body: 1,
-        transfer_step: 5,
-    };
-    let mut start = World::new(setup, Some(link));
-    for _ in 0..3 {
-        start.step(&[]);
-    }
-    let mut r = Replay::new(setup, Some(link));
-    r.start = Some(start);
+    let mut r = ostm_protocol::testdata::linked_start();
     r.inputs.push_ops(&[
         Op::Impulse {
             body: 0,
