@@ -8,7 +8,6 @@ mod live_support;
 use live_support::*;
 use ostm_protocol::bundle::Bundle;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 const STEP: u64 = 3000;
 
@@ -55,18 +54,6 @@ fn attach_from_early(perturb: bool, dir: &Path) -> std::process::Output {
         "--record",
         record.to_str().unwrap(),
     ])
-}
-
-/// `ostm-viewer ARGS` run in `dir`, started now (finish it with [`finish`]).
-fn viewer_in(dir: &Path, args: &[&str]) -> std::process::Child {
-    Command::new(viewer_bin())
-        .args(args)
-        .current_dir(dir)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start ostm-viewer")
 }
 
 fn bundles_in(dir: &Path) -> Vec<String> {
@@ -226,8 +213,8 @@ fn the_report_as_json_and_its_bundle_replays_to_the_same_report() {
 fn the_default_bundle_path_and_no_bundle() {
     let (with, without) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let host = host(true);
-    let a = viewer_in(with.path(), &["check", &host.addr, "--steps", "5000"]);
-    let b = viewer_in(
+    let a = spawn_viewer_in(with.path(), &["check", &host.addr, "--steps", "5000"]);
+    let b = spawn_viewer_in(
         without.path(),
         &["check", &host.addr, "--steps", "5000", "--no-bundle"],
     );

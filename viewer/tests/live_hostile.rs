@@ -322,14 +322,7 @@ fn max_viewers_refuses_the_one_too_many() {
 fn a_hundred_viewers_at_once() {
     let mut host = Host::start(&["--rate", "1000", "--json", "--status-ms", "100"]);
     let children: Vec<_> = (0..100)
-        .map(|_| {
-            std::process::Command::new(viewer_bin())
-                .args(["check", &host.addr, "--steps", "300"])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("spawn viewer")
-        })
+        .map(|_| spawn_viewer(&["check", &host.addr, "--steps", "300"]))
         .collect();
     let mut ok = 0;
     for c in children {

@@ -30,6 +30,37 @@ fn rows_of(path: &Path) -> (u64, Vec<u64>) {
     (r.start_step(), r.hashes.expect("rows"))
 }
 
+/// `ostm-host serve [--replay REPLAY] --from-keyframe K --rate max --steps STEPS --record
+/// DIR/host.ostm`, run to its end: the recording's start step and rows, and the host's
+/// stderr.
+fn serve_to_end(
+    replay: Option<&Path>,
+    k: &Path,
+    steps: u64,
+    dir: &Path,
+) -> (u64, Vec<u64>, String) {
+    let rec = dir.join("host.ostm");
+    let steps = steps.to_string();
+    let mut args = vec![];
+    if let Some(r) = replay {
+        args.extend(["--replay", r.to_str().unwrap()]);
+    }
+    args.extend([
+        "--from-keyframe",
+        k.to_str().unwrap(),
+        "--rate",
+        "max",
+        "--steps",
+        &steps,
+        "--record",
+        rec.to_str().unwrap(),
+    ]);
+    let (status, last, err) = Host::start(&args).wait();
+    assert!(status.success(), "{last}{err}");
+    let (start, got) = rows_of(&rec);
+    (start, got, err)
+}
+
 #[test]
 fn a_keyframe_served_with_its_replay_streams_the_replays_rows_from_its_tick() {
     const N: u64 = 4000;
@@ -95,22 +126,7 @@ fn a_keyframe_one_unit_off_streams_other_rows() {
     let vel = &mut doc["entities"][live.as_str()]["body"]["vel"][0];
     *vel = (vel.as_i64().unwrap() + 1).into();
     std::fs::write(&k, doc.to_string()).unwrap();
-    let rec = dir.path().join("host.ostm");
-    let host = Host::start(&[
-        "--replay",
-        file.to_str().unwrap(),
-        "--from-keyframe",
-        k.to_str().unwrap(),
-        "--rate",
-        "max",
-        "--steps",
-        "100",
-        "--record",
-        rec.to_str().unwrap(),
-    ]);
-    let (status, last, err) = host.wait();
-    assert!(status.success(), "{last}{err}");
-    let (start, got) = rows_of(&rec);
+    let (start, got, err) = serve_to_end(Some(&file), &k, 100, dir.path());
     assert_eq!(start, N);
     assert_eq!(got.len(), 101);
     let first = got
@@ -132,20 +148,7 @@ fn a_keyframe_of_the_embedded_world_served_alone_continues_the_embedded_stream()
     const N: u64 = 9000;
     let dir = tempfile::tempdir().unwrap();
     let k = export(&testdata("test-10000.ostm"), N, dir.path());
-    let rec = dir.path().join("host.ostm");
-    let host = Host::start(&[
-        "--from-keyframe",
-        k.to_str().unwrap(),
-        "--rate",
-        "max",
-        "--steps",
-        "3000",
-        "--record",
-        rec.to_str().unwrap(),
-    ]);
-    let (status, last, err) = host.wait();
-    assert!(status.success(), "{last}{err}");
-    let (start, got) = rows_of(&rec);
+    let (start, got, _) = serve_to_end(None, &k, 3000, dir.path());
     assert_eq!(start, N);
     assert_eq!(got, default_rows(N + 3000)[N as usize..]);
 }

@@ -142,12 +142,7 @@ fn a_live_viewer_computes_the_same_fields_as_the_file() {
         if json {
             args.push("--json");
         }
-        Command::new(viewer_bin())
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start ostm-viewer")
+        spawn_viewer(&args)
     };
     let (plain, json) = (spawn(false), spawn(true));
     let out = finish(plain);

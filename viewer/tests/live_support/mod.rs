@@ -175,14 +175,30 @@ fn pump(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
 
 /// Runs `ostm-viewer ARGS` to completion (killed after [`LIMIT`]).
 pub fn viewer(args: &[&str]) -> Output {
-    let child = Command::new(viewer_bin())
-        .args(args)
+    finish(spawn_viewer(args))
+}
+
+/// `ostm-viewer ARGS` started now, its output piped and `RUST_LOG` unset (finish it with
+/// [`finish`]).
+pub fn spawn_viewer(args: &[&str]) -> Child {
+    viewer_command(args).spawn().expect("start ostm-viewer")
+}
+
+/// [`spawn_viewer`] run in `dir`.
+pub fn spawn_viewer_in(dir: &Path, args: &[&str]) -> Child {
+    viewer_command(args)
+        .current_dir(dir)
+        .spawn()
+        .expect("start ostm-viewer")
+}
+
+fn viewer_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(viewer_bin());
+    cmd.args(args)
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start ostm-viewer");
-    finish(child)
+        .stderr(Stdio::piped());
+    cmd
 }
 
 /// Waits for a child with [`LIMIT`], killing it past that.
@@ -233,24 +249,19 @@ pub fn attached_step(out: &str) -> u64 {
 /// The embedded default world's hash at every step `0..=n`, computed here from the
 /// scenario (the independent reference for what the host streams).
 pub fn default_rows(n: u64) -> Vec<u64> {
-    let setup = Setup {
-        dims: ostm_protocol::Dims::Three,
-        bodies: 24,
-        seed: 10_000,
-    };
-    let mut world = World::new(setup, None);
-    let mut scenario = Scenario::new(setup.seed);
-    let mut rows = vec![world.hash()];
-    for _ in 0..n {
-        let ops = scenario.next_input(&world);
-        world.step(&ops);
-        rows.push(world.hash());
-    }
+    let mut rows = Vec::new();
+    default_run(n, |w| rows.push(w.hash()));
     rows
 }
 
 /// The default world at step `n`.
 pub fn default_world_at(n: u64) -> World {
+    default_run(n, |_| {})
+}
+
+/// Runs the embedded default world from the scenario to step `n`, showing `each` the
+/// world at every step `0..=n`.
+fn default_run(n: u64, mut each: impl FnMut(&World)) -> World {
     let setup = Setup {
         dims: ostm_protocol::Dims::Three,
         bodies: 24,
@@ -258,9 +269,11 @@ pub fn default_world_at(n: u64) -> World {
     };
     let mut world = World::new(setup, None);
     let mut scenario = Scenario::new(setup.seed);
+    each(&world);
     for _ in 0..n {
         let ops = scenario.next_input(&world);
         world.step(&ops);
+        each(&world);
     }
     world
 }
