@@ -1,38 +1,18 @@
 //! `ostm-viewer fields`, `follow`, `ghost`, `compare` and `render`, run as the real binary
 //! on replays built here, checked against hand-computed values.
 
+mod support;
+
 use ostm_protocol::ospc::PoseCache;
 use ostm_protocol::world::{Body, Setup};
 use ostm_protocol::{Dims, Link, Op, Replay, Role, World};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn viewer(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_ostm-viewer"))
-        .args(args)
-        .output()
-        .expect("the viewer runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+use support::*;
 
 fn json(r: &Run) -> Value {
     serde_json::from_str(&r.stdout)
         .unwrap_or_else(|e| panic!("JSON ({e}): {}\n{}", r.stdout, r.stderr))
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 temp path")
 }
 
 /// A replay whose start snapshot holds exactly these live bodies (and one removed slot
@@ -437,24 +417,36 @@ fn run_2d(dir: &Path) -> (PathBuf, Replay) {
     (path, r)
 }
 
+/// `ostm-viewer ghost RUN --from FROM --frames FRAMES --offset OFFSET -o OUT EXTRA...`.
+fn run_ghost(
+    run: &Path,
+    from: &str,
+    frames: &str,
+    offset: &str,
+    out: &Path,
+    extra: &[&str],
+) -> Run {
+    let args = [
+        "ghost",
+        s(run),
+        "--from",
+        from,
+        "--frames",
+        frames,
+        "--offset",
+        offset,
+        "-o",
+        s(out),
+    ];
+    viewer(&[&args[..], extra].concat())
+}
+
 #[test]
 fn a_ghost_holds_the_run_moved_right_and_compares_clean() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (run, replay) = run_2d(dir.path());
     let out = dir.path().join("g.ospc");
-    let g = viewer(&[
-        "ghost",
-        s(&run),
-        "--from",
-        "10",
-        "--frames",
-        "20",
-        "--offset",
-        "400,0",
-        "-o",
-        s(&out),
-        "--json",
-    ]);
+    let g = run_ghost(&run, "10", "20", "400,0", &out, &["--json"]);
     assert_eq!(g.code, 0, "{}", g.stderr);
     let v = json(&g);
     assert_eq!(
@@ -496,22 +488,7 @@ fn compare_reports_the_first_frame_and_body_beyond_the_tolerance() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (run, _) = run_2d(dir.path());
     let out = dir.path().join("g.ospc");
-    assert_eq!(
-        viewer(&[
-            "ghost",
-            s(&run),
-            "--from",
-            "10",
-            "--frames",
-            "20",
-            "--offset",
-            "400,0",
-            "-o",
-            s(&out)
-        ])
-        .code,
-        0
-    );
+    assert_eq!(run_ghost(&run, "10", "20", "400,0", &out, &[]).code, 0);
     // The wrong offset: every body is 1 mm off on y from frame 0, body 0.
     let c = viewer(&["compare", s(&run), s(&out), "--offset", "400,1", "--json"]);
     assert_eq!(c.code, 1);
@@ -586,18 +563,7 @@ fn ghost_and_compare_refuse_bad_input() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (run, _) = run_2d(dir.path());
     let out = dir.path().join("g.ospc");
-    let r = viewer(&[
-        "ghost",
-        s(&run),
-        "--from",
-        "50",
-        "--frames",
-        "20",
-        "--offset",
-        "400,0",
-        "-o",
-        s(&out),
-    ]);
+    let r = run_ghost(&run, "50", "20", "400,0", &out, &[]);
     assert_eq!(r.code, 2);
     assert!(
         r.stderr
@@ -606,55 +572,10 @@ fn ghost_and_compare_refuse_bad_input() {
         r.stderr
     );
     assert!(!out.exists());
-    assert_eq!(
-        viewer(&[
-            "ghost",
-            s(&run),
-            "--from",
-            "0",
-            "--frames",
-            "2",
-            "--offset",
-            "1,2,3",
-            "-o",
-            s(&out)
-        ])
-        .code,
-        2
-    );
-    assert_eq!(
-        viewer(&[
-            "ghost",
-            s(&run),
-            "--from",
-            "0",
-            "--frames",
-            "0",
-            "--offset",
-            "1,2",
-            "-o",
-            s(&out)
-        ])
-        .code,
-        2
-    );
+    assert_eq!(run_ghost(&run, "0", "2", "1,2,3", &out, &[]).code, 2);
+    assert_eq!(run_ghost(&run, "0", "0", "1,2", &out, &[]).code, 2);
     // A cache that is cut short: refused with its offset.
-    assert_eq!(
-        viewer(&[
-            "ghost",
-            s(&run),
-            "--from",
-            "0",
-            "--frames",
-            "2",
-            "--offset",
-            "-5,0",
-            "-o",
-            s(&out)
-        ])
-        .code,
-        0
-    );
+    assert_eq!(run_ghost(&run, "0", "2", "-5,0", &out, &[]).code, 0);
     let bytes = std::fs::read(&out).expect("read");
     std::fs::write(&out, &bytes[..bytes.len() - 1]).expect("write");
     let r = viewer(&["compare", s(&run), s(&out), "--offset", "-5,0"]);
@@ -692,22 +613,7 @@ fn render_writes_svg_and_png_with_bodies_ghosts_and_overlay() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (run, replay) = run_2d(dir.path());
     let ghost = dir.path().join("g.ospc");
-    assert_eq!(
-        viewer(&[
-            "ghost",
-            s(&run),
-            "--from",
-            "10",
-            "--frames",
-            "20",
-            "--offset",
-            "400,0",
-            "-o",
-            s(&ghost)
-        ])
-        .code,
-        0
-    );
+    assert_eq!(run_ghost(&run, "10", "20", "400,0", &ghost, &[]).code, 0);
     let svg = dir.path().join("f.svg");
     let r = viewer(&[
         "render",

@@ -1,29 +1,14 @@
 //! `ostm-viewer inspect` and `verify`, run as the real binary on replays built here and on
 //! the malformed corpus in `testdata/malformed/`.
 
+mod support;
+
 use ostm_protocol::link::{Link, Role};
 use ostm_protocol::op::Op;
 use ostm_protocol::world::{Dims, Setup, World};
 use ostm_protocol::Replay;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn viewer(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ostm-viewer"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("run ostm-viewer")
-}
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = viewer(args);
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use support::*;
 
 fn hex(h: u64) -> String {
     format!("{h:016x}")
@@ -80,10 +65,6 @@ fn write(dir: &Path, name: &str, r: &Replay) -> PathBuf {
     let path = dir.join(name);
     r.write_file(&path).expect("write replay");
     path
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
 }
 
 fn malformed_dir() -> PathBuf {

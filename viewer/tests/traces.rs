@@ -1,28 +1,13 @@
 //! Traces, first difference, failure bundles, keyframes and the seek index, run as the real
 //! `ostm-viewer` binary on replays built here.
 
+mod support;
+
 use ostm_protocol::op::Op;
 use ostm_protocol::world::{Dims, Setup, World};
 use ostm_protocol::Replay;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ostm-viewer"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("run ostm-viewer");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
+use support::*;
 
 /// 3D, 5 bodies, seed 11, 400 steps with an impulse every 40 steps and a spawn at step 77.
 fn replay() -> Replay {
