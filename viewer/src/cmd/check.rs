@@ -55,9 +55,6 @@ pub fn run(args: Args) -> Exit {
         addr: args.addr.clone(),
         token: args.token.clone(),
         steps: Some(args.steps),
-        until: None,
-        record: None,
-        throttle: None,
         ..Options::default()
     };
     let outcome = rt.block_on(session::run(&opts, |_| {}, ctrl_c()));
