@@ -111,30 +111,33 @@ pub fn to_text(name: &str, world: &World, f: &Fields) -> String {
             );
         }
     }
-    let rows = |n: usize| -> Vec<usize> {
-        match dims {
+    // A table of n x n cells under a `j\i` header: 2D with the last row at the top.
+    let table = |s: &mut String, n: usize, cell: &dyn Fn(usize, usize) -> String| {
+        let _ = write!(s, "  j\\i");
+        for i in 0..n {
+            let _ = write!(s, "{i:>7}");
+        }
+        s.push('\n');
+        let rows: Vec<usize> = match dims {
             Dims::Two => (0..n).rev().collect(),
             Dims::Three => (0..n).collect(),
+        };
+        for j in rows {
+            let _ = write!(s, "{j:>5}");
+            for i in 0..n {
+                let _ = write!(s, "{:>7}", cell(i, j));
+            }
+            s.push('\n');
         }
     };
     let _ = writeln!(
         s,
         "\ndensity, bodies per vertex (rounded; --json is exact); vertex (i, j) at {u} = 1250 i, {v} = 1250 j mm"
     );
-    let _ = write!(s, "  j\\i");
-    for i in 0..VERTICES {
-        let _ = write!(s, "{i:>7}");
-    }
-    s.push('\n');
-    for j in rows(VERTICES) {
-        let _ = write!(s, "{j:>5}");
-        for i in 0..VERTICES {
-            let d = f.density[j][i];
-            let cell = if d == 0 { ".".to_string() } else { rounded(d) };
-            let _ = write!(s, "{cell:>7}");
-        }
-        s.push('\n');
-    }
+    table(&mut s, VERTICES, &|i, j| match f.density[j][i] {
+        0 => ".".to_string(),
+        d => rounded(d),
+    });
     let _ = writeln!(
         s,
         "  total {} bodies, largest {}",
@@ -145,24 +148,10 @@ pub fn to_text(name: &str, world: &World, f: &Fields) -> String {
         s,
         "\noccupancy, bodies per triangle as lower/upper (lower: {v} offset < {u} offset in the cell)"
     );
-    let _ = write!(s, "  j\\i");
-    for i in 0..GRID {
-        let _ = write!(s, "{i:>7}");
-    }
-    s.push('\n');
-    for j in rows(GRID) {
-        let _ = write!(s, "{j:>5}");
-        for i in 0..GRID {
-            let [a, b] = f.occupancy[j][i];
-            let cell = if a == 0 && b == 0 {
-                ".".to_string()
-            } else {
-                format!("{a}/{b}")
-            };
-            let _ = write!(s, "{cell:>7}");
-        }
-        s.push('\n');
-    }
+    table(&mut s, GRID, &|i, j| match f.occupancy[j][i] {
+        [0, 0] => ".".to_string(),
+        [a, b] => format!("{a}/{b}"),
+    });
     let _ = writeln!(s, "  total {} bodies", f.total_occupancy());
     s
 }
