@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ostm import FormatError, Link, World, check_snapshot, parse_ops, parse_replay  # noqa: E402
+from ostm import Cursor, FormatError, Link, World, check_snapshot, parse_ops, parse_replay  # noqa: E402
 
 MAX_FRAME_LEN = 65_554
 MAX_PROBE = 2_070
@@ -108,36 +108,12 @@ class Connection:
         return start, payload[0], payload[1:]
 
 
-class Body:
+class Body(Cursor):
     """A cursor over one message body; offsets are connection offsets."""
 
     def __init__(self, data: bytes, offset: int):
-        self.data = data
-        self.pos = 0
-        self.base = offset + 5  # the body follows the 4-byte length and the type byte
-
-    def at(self) -> int:
-        return self.base + self.pos
-
-    def take(self, n: int, what: str) -> bytes:
-        left = len(self.data) - self.pos
-        if left < n:
-            raise ProtocolError(self.at(), f"expected {n}-byte {what}, found {left} bytes")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def u8(self, what: str) -> int:
-        return self.take(1, what)[0]
-
-    def u16(self, what: str) -> int:
-        return struct.unpack("<H", self.take(2, what))[0]
-
-    def u32(self, what: str) -> int:
-        return struct.unpack("<I", self.take(4, what))[0]
-
-    def u64(self, what: str) -> int:
-        return struct.unpack("<Q", self.take(8, what))[0]
+        # The body follows the 4-byte length and the type byte.
+        super().__init__(data, offset + 5, ProtocolError)
 
     def end(self) -> None:
         if self.pos != len(self.data):

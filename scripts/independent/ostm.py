@@ -257,17 +257,26 @@ class Replay:
         return World.from_setup(self.dims, self.bodies, self.seed, self.link)
 
 
-class _Cursor:
-    def __init__(self, data: bytes):
+class Cursor:
+    """Bounds-checked little-endian reading. Offsets are `base` + the position read to; a
+    read past the end raises `error` (FormatError for files, the live client's
+    ProtocolError for messages)."""
+
+    def __init__(self, data: bytes, base: int = 0, error: type = FormatError):
         self.data = data
         self.pos = 0
+        self.base = base
+        self.error = error
+
+    def at(self) -> int:
+        return self.base + self.pos
 
     def remaining(self) -> int:
         return len(self.data) - self.pos
 
     def take(self, size: int, what: str) -> bytes:
         if self.remaining() < size:
-            raise FormatError(self.pos, f"expected {size}-byte {what}, found {self.remaining()} bytes")
+            raise self.error(self.at(), f"expected {size}-byte {what}, found {self.remaining()} bytes")
         out = self.data[self.pos : self.pos + size]
         self.pos += size
         return out
@@ -280,6 +289,9 @@ class _Cursor:
 
     def u32(self, what: str) -> int:
         return struct.unpack("<I", self.take(4, what))[0]
+
+    def u64(self, what: str) -> int:
+        return struct.unpack("<Q", self.take(8, what))[0]
 
 
 def parse_ops(data: bytes, base: int, step: int) -> list:
@@ -322,7 +334,7 @@ def check_snapshot(snap: bytes, base: int, dims: int) -> None:
 
 
 def parse_replay(data: bytes) -> Replay:
-    c = _Cursor(data)
+    c = Cursor(data)
     magic = c.take(4, "magic")
     if magic != b"OSTM":
         raise FormatError(0, 'expected magic "OSTM", found [' + ', '.join(f'{x:02x}' for x in magic) + ']')
