@@ -23,15 +23,18 @@ fn lags(lines: &[serde_json::Value]) -> Vec<u64> {
         .collect()
 }
 
-/// A viewer that verifies 500 steps/s behind a host stepping 2 000/s falls 1 500 steps
-/// further behind every second; the host's queue for it (64 Ki records) does not fill in
-/// the test's 6 s, so no resync resets the lag. Records alone would say the host is at
-/// the viewer's own step (lag 0): the lag it reports comes from the host's step carried
-/// ahead of the records. It must be positive and grow.
+/// A viewer that verifies 500 steps/s behind a host stepping 2 000/s falls behind by up to
+/// 1 500 steps every second; the host's queue for it (64 Ki records) does not fill in the
+/// test's 6 s, so no resync resets the lag. Records alone would say the host is at the
+/// viewer's own step (lag 0): the lag it reports comes from the host's step carried ahead
+/// of the records (without it every reported lag is 0 and this test fails).
 ///
-/// The reported lag counts what waits in the host's queue; records already in the
-/// kernel's buffers (the host's send buffer, the viewer's receive buffer) are not
-/// counted, so the first status lines may still read 0 (docs/protocol.md, "Lag").
+/// What is asserted holds whatever the machine's load: the viewer hears the host's step
+/// only when a step heartbeat arrives, so between two heartbeats its lag shrinks as it
+/// catches up on records, and records in the kernel's buffers are not counted
+/// (docs/protocol.md, "Lag"); the lag need not grow from one status line to the next. But
+/// it must become positive, and at its largest be hundreds of steps, since the host is at
+/// least hundreds of steps ahead for most of the run.
 #[test]
 fn a_throttled_viewer_reports_a_lag_that_grows() {
     let host = Host::start(&[
@@ -57,23 +60,16 @@ fn a_throttled_viewer_reports_a_lag_that_grows() {
     assert_eq!(end["resyncs"], 0, "{end}");
     let lag = lags(&lines);
     assert!(lag.len() >= 4, "a status line a second for 6 s: {lag:?}");
-    let first = lag
-        .iter()
-        .position(|&l| l > 0)
-        .unwrap_or_else(|| panic!("no status line reports a lag: {lag:?}"));
-    let last = *lag.last().unwrap();
+    let largest = lag.iter().copied().max().unwrap_or(0);
     assert!(
-        last > lag[first],
-        "the lag grows from the first positive report to the last: {lag:?}"
+        largest >= 200,
+        "a viewer thousands of steps behind reports a lag of hundreds at least: {lag:?}"
     );
-    // From the first positive report on, the viewer never catches up.
-    assert!(lag[first..].iter().all(|&l| l > 0), "{lag:?}");
-    // The end object carries the last lag too: the host step heard of minus the step.
+    // The end object carries the lag too: the host step heard of minus the step.
     assert_eq!(
         end["lag"].as_u64().unwrap(),
         end["host_step"].as_u64().unwrap() - end["step"].as_u64().unwrap()
     );
-    assert!(end["lag"].as_u64().unwrap() >= last, "{end}");
 }
 
 /// A viewer that keeps up with a host at 60 steps/s is at most a few steps behind: every
