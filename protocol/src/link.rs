@@ -39,7 +39,8 @@ impl Role {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Link {
     pub role: Role,
-    /// The body that moves (roles 1 and 2); kept as read for role 3.
+    /// The body that moves (roles 1 and 2), any u8: an index with no slot moves nothing;
+    /// kept as read for role 3.
     pub body: u8,
     /// The step at which it moves (roles 1 and 2); kept as read for role 3.
     pub transfer_step: u16,
@@ -57,8 +58,9 @@ impl Link {
     /// Encoded length.
     pub const LEN: usize = 4;
 
-    /// Reads and checks a link block; `body_count` is the setup's initial body count.
-    pub fn read(c: &mut Cursor<'_>, body_count: u8) -> Result<Link, FormatError> {
+    /// Reads and checks a link block. The body index may be any u8: a transfer (and a
+    /// receiver's empty start slot) acts only on a slot that exists at that moment.
+    pub fn read(c: &mut Cursor<'_>) -> Result<Link, FormatError> {
         let at = c.offset();
         let role_byte = c.u8("link role")?;
         let role = Role::from_byte(role_byte).ok_or_else(|| {
@@ -67,15 +69,8 @@ impl Link {
                 format!("expected link role 1, 2 or 3, found {role_byte}"),
             )
         })?;
-        let body_at = c.offset();
         let body = c.u8("link body index")?;
         let transfer_step = c.u16("link transfer step")?;
-        if role != Role::FieldsOnly && body >= body_count {
-            return Err(c.error_at(
-                body_at,
-                format!("expected link body index below the body count {body_count}, found {body}"),
-            ));
-        }
         Ok(Link {
             role,
             body,

@@ -332,11 +332,7 @@ impl Header {
             ));
         }
         let setup = Setup::read(c)?;
-        let link = if has_link {
-            Some(Link::read(c, setup.bodies)?)
-        } else {
-            None
-        };
+        let link = if has_link { Some(Link::read(c)?) } else { None };
         let at = c.offset();
         let count = c.u32("step count")?;
         if count > MAX_STEPS {

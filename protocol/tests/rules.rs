@@ -272,6 +272,115 @@ fn ops_on_removed_or_missing_bodies_do_nothing() {
     assert_eq!(w.snapshot(), before);
 }
 
+/// A slot with `alive = 0` whose other fields are set (a snapshot may hold one: another
+/// implementation's remove may clear `alive` only): no op and no stage touches it.
+#[test]
+fn a_dead_slot_with_fields_set_is_never_touched() {
+    let dead = Body {
+        alive: false,
+        still: 9,
+        pos: [1, -2, 3],
+        vel: [4, -5, 6],
+    };
+    let mut w = world(Dims::Three, &[dead, body([5000; 3], [0; 3])], 3);
+    for _ in 0..20 {
+        w.step(&[
+            Op::Impulse {
+                body: 0,
+                d: [7, 7, 7],
+            },
+            Op::Teleport {
+                body: 0,
+                pos: [9, 9, 9],
+            },
+            Op::Remove { body: 0 },
+        ]);
+    }
+    assert_eq!(
+        w.bodies[0], dead,
+        "ops, gravity, move and bookkeeping skip it"
+    );
+    assert_eq!(
+        &w.snapshot()[12..44],
+        &dead.to_bytes(),
+        "and it is hashed as it is"
+    );
+    // The live body fell meanwhile (so the steps ran): after k steps under gravity 3,
+    // vy = -3k and y = 5000 - 3 (1 + ... + k); k = 20: vy = -60, y = 5000 - 630 = 4370.
+    assert_body(w.bodies[1], [5000, 4370, 5000], [0, -60, 0]);
+}
+
+/// A link transfer overwrites a dead slot whatever it holds: the sender's leaves the empty
+/// slot, the receiver's the arriving body.
+#[test]
+fn a_transfer_overwrites_a_dead_slot_with_fields_set() {
+    let dead = Body {
+        alive: false,
+        still: 9,
+        pos: [1, -2, 3],
+        vel: [4, -5, 6],
+    };
+    for (role, after) in [
+        (Role::Sender, Body::default()),
+        (Role::Receiver, body([5000; 3], [40, 0, 0])),
+    ] {
+        let mut w = linked(Dims::Three, role);
+        w.bodies[3] = dead;
+        for _ in 0..5 {
+            w.step(&[]);
+        }
+        assert_eq!(w.bodies[3], dead, "{role:?}: untouched before the transfer");
+        w.step(&[]); // step 5
+        assert_eq!(w.bodies[3], after, "{role:?}");
+    }
+}
+
+/// The link's body index may be any u8: the receiver's start empties its slot only if it
+/// exists, and the transfer acts only on a slot that exists at that moment.
+#[test]
+fn a_link_body_index_acts_only_on_a_slot_that_exists_then() {
+    let setup = Setup {
+        dims: Dims::Three,
+        bodies: 5,
+        seed: 7,
+    };
+    for role in [Role::Sender, Role::Receiver] {
+        // Index 200: never a slot; the linked world runs exactly like an unlinked one.
+        let link = |body| {
+            Some(Link {
+                role,
+                body,
+                transfer_step: 2,
+            })
+        };
+        let mut w = World::new(setup, link(200));
+        let mut plain = World::new(setup, None);
+        for _ in 0..4 {
+            assert_eq!(w.bodies, plain.bodies, "{role:?}");
+            w.step(&[]);
+            plain.step(&[]);
+        }
+        assert_eq!(w.bodies, plain.bodies, "{role:?}");
+        // Index 5 (the body count): no slot at the start, so the receiver's start empties
+        // nothing; a spawn at step 0 makes slot 5, so the transfer at step 2 acts on it.
+        let mut w = World::new(setup, link(5));
+        assert_eq!(w.bodies, World::new(setup, None).bodies, "{role:?}");
+        w.step(&[Op::Spawn {
+            pos: [100, 9000, 200],
+        }]);
+        w.step(&[]);
+        assert!(w.bodies[5].alive, "{role:?}: spawned");
+        w.step(&[]); // step 2
+        let arrived = body([5000; 3], [40, 0, 0]);
+        let want = if role == Role::Sender {
+            Body::default()
+        } else {
+            arrived
+        };
+        assert_eq!(w.bodies[5], want, "{role:?}");
+    }
+}
+
 #[test]
 fn spawn_appends_at_rest_until_64_slots_then_does_nothing() {
     let mut w = world(Dims::Three, &vec![body([5000; 3], [0; 3]); 62], 3);
@@ -317,6 +426,55 @@ fn two_d_ignores_z_in_every_op() {
     assert_eq!(w.bodies[1].pos, [4, 5, 0]);
     w.step(&[]);
     assert!(w.bodies.iter().all(|b| b.pos[2] == 0 && b.vel[2] == 0));
+}
+
+/// A 2D body whose z and velocity z are set (a snapshot may hold them): nothing reads or
+/// writes them. They stay as read, and the still count looks at x and y only.
+#[test]
+fn a_2d_body_keeps_its_z_as_read_and_rests_on_x_and_y() {
+    let mut w = world(Dims::Two, &[body([5000, 0, 5], [16, 0, -7])], 3);
+    w.step(&[
+        Op::Impulse {
+            body: 0,
+            d: [0, 0, 100],
+        },
+        Op::Teleport {
+            body: 0,
+            pos: [5000, 0, 99],
+        },
+    ]);
+    // y: 0 - 3 = -3 reflects to 3 with v = trunc(9 / 4) = 2 < 8: settles at 0. x: 5016,
+    // then friction 16 * 7 / 8 = 14. z and velocity z: untouched, ops' z ignored.
+    assert_body(w.bodies[0], [5016, 0, 5], [14, 0, -7]);
+    assert_eq!(w.bodies[0].still, 0);
+    // Friction: 14 -> 12 -> 10 -> 8 -> 7 -> 6 -> 5 -> 4 -> 3 -> 2 -> 1 -> 0 over 11 steps,
+    // x moving 14 + 12 + ... + 1 = 72 to 5088; the eleventh ends at rest in x and y.
+    for _ in 0..11 {
+        w.step(&[]);
+    }
+    assert_body(w.bodies[0], [5088, 0, 5], [0, 0, -7]);
+    assert_eq!(
+        w.bodies[0].still, 1,
+        "velocity z is not read for rest in 2D"
+    );
+    w.step(&[]);
+    assert_eq!(w.bodies[0].still, 2);
+    let snap = w.snapshot();
+    assert_eq!(
+        &snap[28..32],
+        &5i32.to_le_bytes(),
+        "position z in the snapshot"
+    );
+    assert_eq!(
+        &snap[40..44],
+        &(-7i32).to_le_bytes(),
+        "velocity z in the snapshot"
+    );
+    // In 3D velocity z is read: z 5000 - 7, friction -7 * 7 / 8 = -6, so it is not at rest.
+    let mut w3 = world(Dims::Three, &[body([5000, 0, 5000], [0, 0, -7])], 3);
+    w3.step(&[]);
+    assert_body(w3.bodies[0], [5000, 0, 4993], [0, 0, -6]);
+    assert_eq!(w3.bodies[0].still, 0);
 }
 
 #[test]

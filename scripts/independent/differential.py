@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Differential test: random hostile replays, hashed by this implementation, verified by
 `ostm-viewer verify`. Reaches corners the committed test data does not (start snapshots
-with extreme values, link blocks with snapshots, step counters near 2^64, saturating still
+with extreme values, dead slots with fields set and 2D bodies with z set, link blocks with
+snapshots and link body indexes with no slot, step counters near 2^64, saturating still
 counts, i32 extremes in every op field).
 
 Each case is written with hash rows computed here; the viewer must report `match`.
@@ -54,17 +55,22 @@ def rand_snapshot(r: random.Random, dims: int, link: Link | None) -> bytes:
         step = max(0, link.transfer_step - r.randint(0, 5))
     out = bytearray(struct.pack("<Qi", step, rand_i32(r)))
     for _ in range(slots):
-        if r.random() < 0.2:
-            out += bytes(32)
+        if r.random() < 0.1:
+            out += bytes(32)  # the empty slot
             continue
+        # A dead slot may hold any other fields (docs/test-module.md, "World state").
+        alive = 0 if r.random() < 0.15 else 1
         still = r.choice([0, 1, 5, U32_MAX - 1, U32_MAX, r.randint(0, U32_MAX)])
         pos = [rand_i32(r) for _ in range(3)]
         vel = [rand_i32(r) for _ in range(3)]
         if r.random() < 0.3:
             vel = [0, 0, 0]
-        if dims == 2:
+        if dims == 2 and r.random() < 0.6:
+            # Mostly z = 0 as the module writes it; else any z, which 2D never touches.
             pos[2] = vel[2] = 0
-        out += struct.pack("<II3i3i", 1, still, *pos, *vel)
+        elif dims == 2 and r.random() < 0.5:
+            vel[0] = vel[1] = 0  # at rest in x and y with velocity z set
+        out += struct.pack("<II3i3i", alive, still, *pos, *vel)
     return bytes(out)
 
 
@@ -86,7 +92,8 @@ def make_case(r: random.Random, max_steps: int = 120) -> bytes:
     link = None
     if r.random() < 0.5:
         role = r.choice([1, 2, 3])
-        body = r.randint(0, bodies - 1) if role != 3 else r.randint(0, 255)
+        # Any u8: an index at or above the body count moves nothing until a slot exists.
+        body = r.randint(0, bodies - 1) if r.random() < 0.7 else r.choice([bodies, bodies + 1, 63, 64, 255])
         link = Link(role, body, r.choice([0, 1, r.randint(0, 60), 65535]))
     snap = rand_snapshot(r, dims, link) if r.random() < 0.5 else None
     world = World.from_snapshot(dims, link, snap) if snap else World.from_setup(dims, bodies, seed, link)

@@ -170,8 +170,6 @@ def read_probe(b: Body) -> Probe:
         role, body, tstep = struct.unpack_from("<BBH", data, p - 4)
         if role not in (1, 2, 3):
             raise ProtocolError(at, f"expected link role 1, 2 or 3, found {role}")
-        if role in (1, 2) and body >= bodies:
-            raise ProtocolError(at + 1, f"expected link body index below the body count {bodies}, found {body}")
         link = Link(role, body, tstep)
     return Probe(dims, bodies, seed, link, snap)
 

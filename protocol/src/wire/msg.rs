@@ -228,7 +228,7 @@ fn read_probe(
     let snap_at = p.offset();
     let snap = p.take(snap_len, "world snapshot")?;
     let link = if has_link {
-        Some(Link::read(&mut p, setup.bodies)?)
+        Some(Link::read(&mut p)?)
     } else {
         None
     };

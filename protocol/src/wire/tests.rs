@@ -169,6 +169,45 @@ fn snapshot_with_link_puts_the_link_block_last() {
     );
 }
 
+/// A probe whose snapshot holds what the contract allows and the module never writes (a
+/// dead slot with fields set, a 2D z, a link body index with no slot) is read with every
+/// field kept, and written back byte for byte.
+#[test]
+fn a_probe_keeps_a_dead_slot_a_2d_z_and_a_link_index_with_no_slot() {
+    let link = Link {
+        role: Role::Receiver,
+        body: 200,
+        transfer_step: 9,
+    };
+    let mut w = World::new(
+        Setup {
+            dims: Dims::Two,
+            bodies: 2,
+            seed: 7,
+        },
+        Some(link),
+    );
+    w.bodies[0].alive = false; // position and velocity left set
+    w.bodies[1].pos[2] = 5;
+    w.bodies[1].vel[2] = -7;
+    let mut p = vec![0x82, 0, 1];
+    p.extend_from_slice(&(6u32 + 12 + 64 + 4).to_le_bytes());
+    p.extend_from_slice(&[2, 2, 7, 0, 0, 0]);
+    p.extend(w.snapshot());
+    p.extend_from_slice(&[2, 200, 9, 0]);
+    // The snapshot starts at 13 (type, kind, flags, length u32, setup): body 0's alive
+    // word at 25 is 0 and its position x at 33 is not, a dead slot with fields set.
+    assert_eq!(&p[25..29], &[0u8; 4]);
+    assert_ne!(&p[33..37], &[0u8; 4]);
+    golden_to_viewer(
+        ToViewer::Snapshot {
+            kind: SnapshotKind::Attach,
+            world: w,
+        },
+        &frame(&p),
+    );
+}
+
 #[test]
 fn drift_reply_bytes() {
     let w = world_2d();
