@@ -163,7 +163,6 @@ fn with(base: &[u8], f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
 
 fn cases() -> Vec<Case> {
     let a = base_a();
-    let b = base_b();
     let c = base_c();
     let case = |file, rule, bytes, offset, message| Case {
         file,
@@ -862,13 +861,14 @@ fn the_accepted_file_keeps_what_nothing_touches_and_hashes_it_as_read() {
     // Row 0: the snapshot bytes as written, by hand: step 0, gravity 3, then three bodies.
     let mut snap = vec![0u8; 8];
     snap.extend_from_slice(&3i32.to_le_bytes());
-    for words in [
+    let bodies: [[i32; 8]; 3] = [
         [0, 9, 1, -2, 3, 4, -5, 6],
         [1, 0, 5000, 0, 5, 16, 0, -7],
         [1, 0, 2000, 6000, 0, 10, 0, 0],
-    ] {
+    ];
+    for words in bodies {
         for w in words {
-            snap.extend_from_slice(&(w as i32).to_le_bytes());
+            snap.extend_from_slice(&w.to_le_bytes());
         }
     }
     assert_eq!(snapshot_bytes(&bytes, &back), snap);
