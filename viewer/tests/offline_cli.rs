@@ -495,6 +495,12 @@ fn logs_to_a_pipe_hold_no_colour_codes() {
         .expect("run ostm-viewer");
     assert_eq!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("trace written"), "the log line is missing: {err}");
-    assert!(!err.contains('\u{1b}'), "escape codes in a piped log: {err:?}");
+    assert!(
+        err.contains("trace written"),
+        "the log line is missing: {err}"
+    );
+    assert!(
+        !err.contains('\u{1b}'),
+        "escape codes in a piped log: {err:?}"
+    );
 }

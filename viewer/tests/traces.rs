@@ -438,6 +438,11 @@ fn seek_agrees_with_a_full_replay() {
     let dir = tempfile::tempdir().unwrap();
     let r = replay();
     let path = write(dir.path(), "r.ostm", &r);
+    // Before `index`: the error says which index is missing and how to write it.
+    let (code, _, err) = run(&["seek", s(&path), "--step", "5"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("r.ostm.seek"), "{err}");
+    assert!(err.contains("ostm-viewer index"), "{err}");
     let (code, out, err) = run(&["index", s(&path), "--every", "64"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("7 keyframes every 64 steps"), "{out}");
