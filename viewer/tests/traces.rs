@@ -215,6 +215,19 @@ fn trace_from_to_writes_only_those_rows() {
         lines[2]
     );
     assert_eq!(lines[5], "end rows=3");
+    // The replay holds steps 0..=400: a range reaching into it is clipped, one past it is
+    // refused rather than written as an empty trace.
+    let (code, out, err) = run(&["trace", s(&path), "--from", "400"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.ends_with("end rows=1\n"), "{out}");
+    for range in [["--from", "401"], ["--from", "18446744073709551615"]] {
+        let (code, out, err) = run(&["trace", s(&path), range[0], range[1]]);
+        assert_eq!(code, 2, "{range:?}: {out}");
+        assert!(out.is_empty(), "{range:?}: {out}");
+        assert!(err.contains("steps 0..=400"), "{range:?}: {err}");
+    }
+    let (code, _, err) = run(&["trace", s(&path), "--from", "5", "--to", "4"]);
+    assert_eq!(code, 2, "{err}");
 }
 
 // ---------------------------------------------------------------------------------------
