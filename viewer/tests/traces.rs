@@ -338,6 +338,7 @@ fn keyframes_validate_against_the_schema_and_continue_exactly_like_the_original(
             s(&k),
         ]);
         assert_eq!(code, 0, "{err}");
+        assert!(err.contains(&format!("at step {step}")), "{err}");
         let doc: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
         let errors: Vec<String> = schema.iter_errors(&doc).map(|e| e.to_string()).collect();
