@@ -73,7 +73,11 @@ impl Bundle {
         if row >= rows.len() || row > replay.step_count() {
             return None;
         }
-        let keep = (row + STEPS_PAST_FAILURE).min(replay.step_count());
+        // Keep no more steps than there are rows for (a replay built in code may hold
+        // fewer rows than steps + 1).
+        let keep = (row + STEPS_PAST_FAILURE)
+            .min(replay.step_count())
+            .min(rows.len() - 1);
         let mut inputs = Inputs::default();
         for i in 0..keep {
             // Already validated when the replay was read.
@@ -517,6 +521,18 @@ mod tests {
             (drift.body, drift.field, drift.b, drift.a)
         );
         assert_eq!(d.other, "reference");
+    }
+
+    #[test]
+    fn a_replay_with_fewer_rows_than_steps_keeps_only_steps_it_has_rows_for() {
+        // Built in code: 40 steps but only rows 0..=5. The bundle keeps 5 steps and 6 rows
+        // (a valid file), where slicing 8 steps past the failure would run off the rows.
+        let mut r = replay();
+        r.hashes.as_mut().unwrap().truncate(6);
+        let b = Bundle::from_mismatch(&r, 2, 1, None, None, "short").unwrap();
+        assert_eq!(b.replay.step_count(), 5);
+        assert_eq!(b.replay.hashes.as_ref().map(Vec::len), Some(6));
+        assert_eq!(Bundle::from_bytes("b", &b.to_bytes()).unwrap(), b);
     }
 
     #[test]
