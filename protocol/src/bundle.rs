@@ -534,7 +534,8 @@ mod tests {
             plant(&mut bytes);
             Bundle::from_bytes("b", &bytes).unwrap_err()
         };
-        let cases: [(&dyn Fn(&mut Vec<u8>), u64, &str); 7] = [
+        type Plant<'a> = &'a dyn Fn(&mut Vec<u8>);
+        let cases: [(Plant, u64, &str); 7] = [
             (&|b| b[8] = 2, 8, "expected bundle version 1, found 2"),
             (&|b| b[10] = 4, 10, "found flags 0x0004"),
             (&|b| b[41] = 0x10, 40, "found length 4097"), // D = 0x1001
