@@ -73,7 +73,11 @@ impl Bundle {
         if row >= rows.len() || row > replay.step_count() {
             return None;
         }
-        let keep = (row + STEPS_PAST_FAILURE).min(replay.step_count());
+        // Keep no more steps than there are rows for (a replay built in code may hold
+        // fewer rows than steps + 1).
+        let keep = (row + STEPS_PAST_FAILURE)
+            .min(replay.step_count())
+            .min(rows.len() - 1);
         let mut inputs = Inputs::default();
         for i in 0..keep {
             // Already validated when the replay was read.
@@ -517,6 +521,62 @@ mod tests {
             (drift.body, drift.field, drift.b, drift.a)
         );
         assert_eq!(d.other, "reference");
+    }
+
+    #[test]
+    fn each_check_reports_the_documented_offset() {
+        // No snapshots, description "x": the replay length sits at 44 + 1 = 45, the
+        // embedded replay starts at 49 (docs/bundle-format.md).
+        let b = Bundle::from_mismatch(&replay(), 3, 1, None, None, "x").unwrap();
+        let good = b.to_bytes();
+        let err = |plant: &dyn Fn(&mut Vec<u8>)| {
+            let mut bytes = good.clone();
+            plant(&mut bytes);
+            Bundle::from_bytes("b", &bytes).unwrap_err()
+        };
+        type Plant<'a> = &'a dyn Fn(&mut Vec<u8>);
+        let cases: [(Plant, u64, &str); 7] = [
+            (&|b| b[8] = 2, 8, "expected bundle version 1, found 2"),
+            (&|b| b[10] = 4, 10, "found flags 0x0004"),
+            (&|b| b[41] = 0x10, 40, "found length 4097"), // D = 0x1001
+            (&|b| b[44] = 0xff, 44, "expected a UTF-8 description"),
+            (&|b| b.push(0), 45, "found 1"),
+            (&|b| b[49] = b'X', 49, "embedded replay: expected magic"),
+            (&|b| b[20] = 4, 20, "expected the failing row"),
+        ];
+        for (plant, offset, what) in cases {
+            let e = err(plant);
+            assert_eq!(e.offset, offset, "{e}");
+            assert!(e.message.contains(what), "{e} should say {what}");
+        }
+        // Writer snapshot present (flag bit 0): its length at 45, its first byte at 49.
+        let w = replay().start_world();
+        let b = Bundle::from_mismatch(&replay(), 0, 1, Some(w), None, "x").unwrap();
+        let mut bytes = b.to_bytes();
+        bytes[49 + 12] = 2; // body 0's alive
+        let e = Bundle::from_bytes("b", &bytes).unwrap_err();
+        assert_eq!(e.offset, 49 + 12, "{e}");
+        bytes[49 + 12] = 1;
+        bytes[45] = 0x0d; // S = 0x80d = 2061
+        bytes[46] = 0x08;
+        let e = Bundle::from_bytes("b", &bytes).unwrap_err();
+        assert_eq!(e.offset, 45, "{e}");
+        assert!(
+            e.message.contains("at most 2060 bytes, found length 2061"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_replay_with_fewer_rows_than_steps_keeps_only_steps_it_has_rows_for() {
+        // Built in code: 40 steps but only rows 0..=5. The bundle keeps 5 steps and 6 rows
+        // (a valid file), where slicing 8 steps past the failure would run off the rows.
+        let mut r = replay();
+        r.hashes.as_mut().unwrap().truncate(6);
+        let b = Bundle::from_mismatch(&r, 2, 1, None, None, "short").unwrap();
+        assert_eq!(b.replay.step_count(), 5);
+        assert_eq!(b.replay.hashes.as_ref().map(Vec::len), Some(6));
+        assert_eq!(Bundle::from_bytes("b", &b.to_bytes()).unwrap(), b);
     }
 
     #[test]

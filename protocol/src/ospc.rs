@@ -117,7 +117,9 @@ impl PoseCache {
     /// The poses of frame `f`, if held.
     pub fn frame(&self, f: usize) -> Option<&[Pose]> {
         let n = self.body_count();
-        self.poses.get(f * n..(f + 1) * n)
+        // Checked: a frame index from a step far past the cache must give None, not wrap.
+        let start = f.checked_mul(n)?;
+        self.poses.get(start..start.checked_add(n)?)
     }
 
     /// The poses at step `step`, if a frame covers it.
@@ -437,6 +439,10 @@ mod tests {
         assert_eq!(back.frame_at_step(201), c.frame(1));
         assert_eq!(back.frame_at_step(199), None);
         assert_eq!(back.frame_at_step(202), None);
+        // A step far past the cache is no frame (not a wrapped index into it).
+        assert_eq!(back.frame_at_step(u64::MAX), None);
+        assert_eq!(back.frame_at_step(200 + (1 << 63)), None);
+        assert_eq!(back.frame(usize::MAX), None);
     }
 
     #[test]

@@ -211,15 +211,26 @@ pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatErro
             format!("line 1: expected an index of {} ({rbytes} bytes, head {rhead}), found one made for {} bytes, head {}", replay.display(), header.replay_bytes, header.replay_head),
         ));
     }
-    if step < header.start_step || step - header.start_step > header.steps as u64 {
+    // The header's start step and step count place every entry: they must be the
+    // replay's own (an edited header would otherwise run past the replay's end).
+    let mut stream = ReplayStream::open(replay)?;
+    let (start, steps) = (stream.start_world().step, stream.header().steps);
+    if (header.start_step, header.steps) != (start, steps) {
         return Err(FormatError::new(
             &iname,
             0,
             format!(
-                "expected a step in {}..={}, found {step}",
-                header.start_step,
-                header.start_step + header.steps as u64
+                "line 1: expected startStep {start} and steps {steps} (the replay's), found startStep {} and steps {}",
+                header.start_step, header.steps
             ),
+        ));
+    }
+    let end = start.wrapping_add(steps as u64);
+    if step < start || step - start > steps as u64 {
+        return Err(FormatError::new(
+            &iname,
+            0,
+            format!("expected a step in {start}..={end}, found {step}"),
         ));
     }
     let target = ((step - header.start_step) / header.every as u64 * header.every as u64) as u32;
@@ -258,14 +269,13 @@ pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatErro
         ));
     }
     let kf = keyframe::parse_value(&format!("{iname} (entry at offset {lo})"), &entry.keyframe)?;
-    let mut stream = ReplayStream::open(replay)?;
     let h = stream.header();
     let mut world = kf.world;
     let want_hash = format!("{:016x}", world.hash());
     if world.setup() != h.setup
         || world.link() != h.link
         || world.step != entry.step
-        || entry.step != header.start_step + target as u64
+        || entry.step != start.wrapping_add(target as u64)
         || entry.hash != want_hash
     {
         return Err(FormatError::new(&iname, lo, format!("expected the keyframe of row {target} of this replay (hash {}), found one that differs", entry.hash)));
@@ -481,5 +491,28 @@ mod tests {
         replay(501).write_file(&path).unwrap();
         let e = seek(&path, &index, 260).unwrap_err();
         assert!(e.message.contains("expected an index of"), "{e}");
+    }
+
+    #[test]
+    fn a_header_whose_steps_or_start_are_not_the_replays_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.ostm");
+        replay(100).write_file(&path).unwrap();
+        let index = default_index_path(&path);
+        // One entry (row 0): any step of the replay is reached from it.
+        write_index(&path, &index, 1000, |_| {}).unwrap();
+        assert_eq!(seek(&path, &index, 100).unwrap().world.step, 100);
+        let text = std::fs::read_to_string(&index).unwrap();
+        for (from, to) in [
+            ("\"steps\":100,", "\"steps\":200,"),
+            ("\"startStep\":0,", "\"startStep\":7,"),
+        ] {
+            let edited = text.replacen(from, to, 1);
+            assert_ne!(edited, text, "{from}");
+            std::fs::write(&index, edited).unwrap();
+            // Without the check, step 150 "ran" 150 steps and stopped at the replay's end.
+            let e = seek(&path, &index, 150).unwrap_err();
+            assert!(e.message.contains("the replay's"), "{e}");
+        }
     }
 }

@@ -915,6 +915,16 @@ pub fn compare(a: &mut RowSource, b: &mut RowSource) -> Result<Comparison, Forma
                 a: "no more rows".into(),
                 b: format!("a row for step {}", wb.step),
             },
+            // The step is compared here first: `first_difference` holds values as i64, and a
+            // trace's step may be any u64.
+            (Some((wa, _)), Some((wb, _))) if wa.step != wb.step => Difference {
+                row,
+                step: Some(wa.step),
+                body: None,
+                field: "step",
+                a: wa.step.to_string(),
+                b: wb.step.to_string(),
+            },
             (Some((wa, ha)), Some((wb, hb))) => match first_difference(&wa, wb) {
                 Some(d) => Difference {
                     row,
@@ -1040,6 +1050,34 @@ mod tests {
         let e = read_all(&format!("{text}x")).unwrap_err();
         assert!(e.message.contains("after the end line"), "{e}");
         assert_eq!(e.offset, text.len() as u64);
+    }
+
+    #[test]
+    fn a_step_above_i64_max_is_reported_as_written() {
+        let w = world(1);
+        let trace = |step: u64| {
+            let mut w = w.clone();
+            w.step = step;
+            let mut row = String::new();
+            format_row(&mut row, &w, w.hash());
+            format!(
+                "{TRACE_MAGIC}\n{}\n{row}end rows=1\n",
+                setup_line(&w.setup(), None)
+            )
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (pa, pb) = (dir.path().join("a.trace"), dir.path().join("b.trace"));
+        std::fs::write(&pa, trace(u64::MAX)).unwrap();
+        std::fs::write(&pb, trace(5)).unwrap();
+        let mut a = RowSource::open(&pa).unwrap();
+        let mut b = RowSource::open(&pb).unwrap();
+        let Comparison::Different(d) = compare(&mut a, &mut b).unwrap() else {
+            panic!("the steps differ");
+        };
+        assert_eq!(
+            (d.field, d.a.as_str(), d.b.as_str()),
+            ("step", "18446744073709551615", "5")
+        );
     }
 
     #[test]
