@@ -131,9 +131,11 @@ impl Replay {
 
     /// The flags word this replay is written with.
     pub fn flags(&self) -> u16 {
-        ((self.hashes.is_some() as u16) * FLAG_HASHES)
-            | ((self.start.is_some() as u16) * FLAG_START_SNAPSHOT)
-            | ((self.link.is_some() as u16) * FLAG_LINK)
+        flags_for(
+            self.hashes.is_some(),
+            self.start.is_some(),
+            self.link.is_some(),
+        )
     }
 
     /// The step the replay starts at: the start snapshot's, else 0.
@@ -143,10 +145,7 @@ impl Replay {
 
     /// The world the replay starts from.
     pub fn start_world(&self) -> World {
-        match &self.start {
-            Some(w) => w.clone(),
-            None => World::new(self.setup, self.link),
-        }
+        start_world(self.setup, self.link, self.start.as_ref())
     }
 
     /// Number of steps.
@@ -290,6 +289,21 @@ pub struct Header {
     /// The step count (at most [`MAX_STEPS`]).
     pub steps: u32,
     pub start: Option<World>,
+}
+
+/// The flags word of a replay with (or without) hash rows, a start snapshot and a link block.
+pub fn flags_for(hashes: bool, start_snapshot: bool, link: bool) -> u16 {
+    ((hashes as u16) * FLAG_HASHES)
+        | ((start_snapshot as u16) * FLAG_START_SNAPSHOT)
+        | ((link as u16) * FLAG_LINK)
+}
+
+/// The world a replay starts from: its start snapshot's, else the setup's world at step 0.
+pub fn start_world(setup: Setup, link: Option<Link>, start: Option<&World>) -> World {
+    match start {
+        Some(w) => w.clone(),
+        None => World::new(setup, link),
+    }
 }
 
 /// The longest header: magic, version, flags, setup length, setup, link, step count,

@@ -7,7 +7,7 @@
 //! written to `FILE.part`, then renamed over `FILE`, so a finished file is always whole.
 
 use crate::link::Link;
-use crate::ostm::{write_header, FLAG_HASHES, FLAG_LINK, FLAG_START_SNAPSHOT, MAX_STEPS};
+use crate::ostm::{flags_for, write_header, MAX_STEPS};
 use crate::world::{Setup, World};
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
@@ -84,13 +84,7 @@ impl Recorder {
     pub fn finish(mut self) -> io::Result<u32> {
         self.inputs.flush()?;
         self.hashes.flush()?;
-        let flags = FLAG_HASHES
-            | if self.start.is_some() {
-                FLAG_START_SNAPSHOT
-            } else {
-                0
-            }
-            | if self.link.is_some() { FLAG_LINK } else { 0 };
+        let flags = flags_for(true, self.start.is_some(), self.link.is_some());
         let mut head = Vec::new();
         write_header(&mut head, &self.setup, self.link, self.steps, flags);
         if let Some(s) = &self.start {

@@ -576,10 +576,11 @@ impl<R: Read + Seek> ReplayStream<R> {
 
     /// The world the replay starts from.
     pub fn start_world(&self) -> World {
-        match &self.header.start {
-            Some(w) => w.clone(),
-            None => World::new(self.header.setup, self.header.link),
-        }
+        crate::ostm::start_world(
+            self.header.setup,
+            self.header.link,
+            self.header.start.as_ref(),
+        )
     }
 
     /// Index of the next step to read (0-based, counted from the replay's start).
