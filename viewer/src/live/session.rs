@@ -408,7 +408,8 @@ async fn verify_loop(
                         r.step, st.world.step
                     ));
                 }
-                st.host_step = st.host_step.max(r.step + 1);
+                // A hostile host may send step u64::MAX: no overflow.
+                st.host_step = st.host_step.max(r.step.saturating_add(1));
                 ops.clear();
                 // The codec checked the input when it decoded the record.
                 let _ = for_each_op("record", &r.input, 0, |op| ops.push(op));
