@@ -123,8 +123,25 @@ pub fn write_index(
     let mut tmp = index.as_os_str().to_owned();
     tmp.push(".part");
     let tmp = PathBuf::from(tmp);
-    let mut out = BufWriter::new(File::create(&tmp)?);
-    serde_json::to_writer(&mut out, &header).map_err(io::Error::from)?;
+    // A replay that turns out malformed part way leaves no half-written index behind.
+    let written = write_entries(&tmp, &header, stream, every, &mut progress)
+        .and_then(|()| std::fs::rename(&tmp, index).map_err(IndexError::from));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map(|()| header)
+}
+
+/// Writes the index header and every entry to `tmp`, synced.
+fn write_entries(
+    tmp: &Path,
+    header: &IndexHeader,
+    stream: ReplayStream<File>,
+    every: u32,
+    progress: &mut impl FnMut(u64),
+) -> Result<(), IndexError> {
+    let mut out = BufWriter::new(File::create(tmp)?);
+    serde_json::to_writer(&mut out, header).map_err(io::Error::from)?;
     out.write_all(b"\n")?;
     let mut t = ReplayTracer::new(stream);
     let mut row = 0u64;
@@ -146,8 +163,7 @@ pub fn write_index(
         }
     }
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    std::fs::rename(&tmp, index)?;
-    Ok(header)
+    Ok(())
 }
 
 /// What [`seek`] did.
@@ -415,6 +431,23 @@ mod tests {
             assert_eq!(s.recorded_hash, Some(s.world.hash()));
         }
         assert!(seek(&path, &index, 3001).is_err());
+    }
+
+    #[test]
+    fn a_replay_cut_short_leaves_no_index_and_no_part_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.ostm");
+        let mut bytes = replay(300).to_bytes();
+        bytes.truncate(bytes.len() - 1);
+        std::fs::write(&path, bytes).unwrap();
+        let index = default_index_path(&path);
+        let err = write_index(&path, &index, 50, |_| {}).unwrap_err();
+        assert!(matches!(err, IndexError::Input(_)), "{err}");
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, [std::ffi::OsString::from("r.ostm")]);
     }
 
     #[test]

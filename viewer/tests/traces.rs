@@ -215,6 +215,19 @@ fn trace_from_to_writes_only_those_rows() {
         lines[2]
     );
     assert_eq!(lines[5], "end rows=3");
+    // The replay holds steps 0..=400: a range reaching into it is clipped, one past it is
+    // refused rather than written as an empty trace.
+    let (code, out, err) = run(&["trace", s(&path), "--from", "400"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.ends_with("end rows=1\n"), "{out}");
+    for range in [["--from", "401"], ["--from", "18446744073709551615"]] {
+        let (code, out, err) = run(&["trace", s(&path), range[0], range[1]]);
+        assert_eq!(code, 2, "{range:?}: {out}");
+        assert!(out.is_empty(), "{range:?}: {out}");
+        assert!(err.contains("steps 0..=400"), "{range:?}: {err}");
+    }
+    let (code, _, err) = run(&["trace", s(&path), "--from", "5", "--to", "4"]);
+    assert_eq!(code, 2, "{err}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -325,6 +338,7 @@ fn keyframes_validate_against_the_schema_and_continue_exactly_like_the_original(
             s(&k),
         ]);
         assert_eq!(code, 0, "{err}");
+        assert!(err.contains(&format!("at step {step}")), "{err}");
         let doc: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
         let errors: Vec<String> = schema.iter_errors(&doc).map(|e| e.to_string()).collect();
@@ -438,6 +452,11 @@ fn seek_agrees_with_a_full_replay() {
     let dir = tempfile::tempdir().unwrap();
     let r = replay();
     let path = write(dir.path(), "r.ostm", &r);
+    // Before `index`: the error says which index is missing and how to write it.
+    let (code, _, err) = run(&["seek", s(&path), "--step", "5"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("r.ostm.seek"), "{err}");
+    assert!(err.contains("ostm-viewer index"), "{err}");
     let (code, out, err) = run(&["index", s(&path), "--every", "64"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("7 keyframes every 64 steps"), "{out}");

@@ -40,7 +40,11 @@ pub fn run(args: Args) -> Exit {
     };
     match write_whole(&args.output, text.as_bytes()) {
         Ok(()) => {
-            tracing::info!(step = args.step, path = %args.output.display(), "keyframe written");
+            eprintln!(
+                "wrote {}: the world at step {}",
+                args.output.display(),
+                args.step
+            );
             Exit::Ok
         }
         Err(e) => fail(format!("cannot write {}: {e}", args.output.display())),

@@ -84,11 +84,6 @@ pub fn run(args: Args) -> Exit {
             },
             None => {
                 let last = c.last_step();
-                tracing::warn!(
-                    "{name} holds steps {}..={last}, not step {}",
-                    c.start_step(),
-                    args.step
-                );
                 eprintln!(
                     "note: {name} has no frame for step {} (it holds steps {}..={last})",
                     args.step,

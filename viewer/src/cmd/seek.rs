@@ -36,6 +36,14 @@ pub fn run(args: Args) -> Exit {
         .index
         .clone()
         .unwrap_or_else(|| default_index_path(&args.file));
+    if args.index.is_none() && !index.exists() {
+        return fail(format!(
+            "{}: no seek index beside the replay (expected {}); write one with `ostm-viewer index {}`",
+            args.file.display(),
+            index.display(),
+            args.file.display()
+        ));
+    }
     let s = match seek(&args.file, &index, args.step) {
         Ok(s) => s,
         Err(e) => return fail(e),

@@ -18,7 +18,8 @@ and `end rows=N`. Compare two with `ostm-viewer first-difference`.")]
 pub struct Args {
     /// The replay file.
     pub file: PathBuf,
-    /// First step to write (default: the replay's start step).
+    /// First step to write (default: the replay's start step). The range --from..=--to
+    /// must hold at least one of the replay's steps.
     #[arg(long, default_value_t = 0)]
     pub from: u64,
     /// Last step to write, inclusive (default: the last).
@@ -38,6 +39,16 @@ pub fn run(args: Args) -> Exit {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
+    let first = stream.header().start.as_ref().map_or(0, |w| w.step);
+    let last = first + u64::from(stream.header().steps);
+    if args.from > last || args.to < first {
+        return fail(format!(
+            "{}: --from {} --to {} holds none of the replay's steps {first}..={last}",
+            args.file.display(),
+            args.from,
+            args.to
+        ));
+    }
     match &args.output {
         None => {
             let out = BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
