@@ -209,43 +209,47 @@ impl Hub {
     }
 
     /// Answers a drift request for step `step`: the world held at that step and the
-    /// stage hashes of recomputing the step before it from the world held there.
+    /// stage hashes of recomputing the step before it from the world held there. Only
+    /// the copies are made under the lock; the recomputation runs outside it, so a viewer
+    /// asking again and again does not hold up the stepping loop.
     pub fn drift(&self, step: u64) -> DriftReply {
         self.counters.drift_requests.fetch_add(1, Ordering::Relaxed);
-        let inner = self.lock();
-        let first = inner.ring.front().map_or(0, |h| h.world.step);
-        let last = inner.ring.back().map_or(0, |h| h.world.step);
-        let status = if step > last {
-            DriftStatus::NotReached
-        } else if step < first {
-            DriftStatus::TooOld
-        } else {
-            DriftStatus::Held
-        };
-        if status != DriftStatus::Held {
-            return DriftReply {
-                step,
-                status,
-                world: None,
-                stages: None,
+        let (world, prev) = {
+            let inner = self.lock();
+            let first = inner.ring.front().map_or(0, |h| h.world.step);
+            let last = inner.ring.back().map_or(0, |h| h.world.step);
+            let status = if step > last {
+                Some(DriftStatus::NotReached)
+            } else if step < first {
+                Some(DriftStatus::TooOld)
+            } else {
+                None
             };
-        }
-        let at = |s: u64| inner.ring.get((s - first) as usize);
-        let world = at(step).map(|h| h.world.clone());
-        let stages = step
-            .checked_sub(1)
-            .filter(|&s| s >= first)
-            .and_then(at)
-            .and_then(|prev| {
-                let input = prev.input.as_ref()?;
-                let mut ops = Vec::new();
-                for_each_op("held input", input, 0, |op| ops.push(op)).ok()?;
-                let mut w = prev.world.clone();
-                Some(w.step_with_stage_hashes(&ops))
-            });
+            if let Some(status) = status {
+                return DriftReply {
+                    step,
+                    status,
+                    world: None,
+                    stages: None,
+                };
+            }
+            let at = |s: u64| inner.ring.get((s - first) as usize);
+            let world = at(step).map(|h| h.world.clone());
+            let prev = step
+                .checked_sub(1)
+                .filter(|&s| s >= first)
+                .and_then(at)
+                .and_then(|h| Some((h.world.clone(), h.input.clone()?)));
+            (world, prev)
+        };
+        let stages = prev.and_then(|(mut w, input)| {
+            let mut ops = Vec::new();
+            for_each_op("held input", &input, 0, |op| ops.push(op)).ok()?;
+            Some(w.step_with_stage_hashes(&ops))
+        });
         DriftReply {
             step,
-            status,
+            status: DriftStatus::Held,
             world,
             stages,
         }

@@ -30,6 +30,10 @@ fn host(perturb: bool) -> Host {
         "1500",
         "--steps",
         "6000",
+        // Every world of the run held: a viewer that falls behind on a loaded machine
+        // still gets the host's snapshot at the drifting step.
+        "--ring",
+        "6001",
         "--json",
         "--status-ms",
         "50",

@@ -235,6 +235,43 @@ fn a_silent_host_is_given_up_on() {
     );
 }
 
+/// A host whose snapshot is at step u64::MAX and whose record is for that step: the
+/// viewer verifies it (the world's step wraps to 0, as `World::step` does) rather than
+/// overflowing on the host's step.
+#[test]
+fn a_host_at_the_last_step_number_is_verified_without_overflow() {
+    let mut world = ostm_protocol::World::new(
+        ostm_protocol::Setup {
+            dims: ostm_protocol::Dims::Two,
+            bodies: 1,
+            seed: 7,
+        },
+        None,
+    );
+    world.step = u64::MAX;
+    let snap = ToViewer::Snapshot {
+        kind: ostm_protocol::wire::SnapshotKind::Attach,
+        world: world.clone(),
+    };
+    world.step(&[]);
+    let record = ToViewer::Record(ostm_protocol::wire::Record {
+        step: u64::MAX,
+        hash: world.hash(),
+        input: bytes::Bytes::new(),
+    });
+    let mut bytes = welcome_frame();
+    bytes.extend_from_slice(&HostCodec::encode_frame(&snap).unwrap().0);
+    bytes.extend_from_slice(&HostCodec::encode_frame(&record).unwrap().0);
+    let addr = fake_host_then(bytes, false);
+    let out = viewer(&["check", &addr, "--steps", "1"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).starts_with("ok: verified 1 steps"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 #[test]
 fn a_token_is_required_and_never_logged() {
     let host = Host::start_env(

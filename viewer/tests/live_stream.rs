@@ -8,7 +8,6 @@ use live_support::*;
 use ostm_protocol::Replay;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// The embedded world is test-10000's world: the committed file's rows are the reference.
 #[test]
@@ -45,7 +44,8 @@ fn spawn_attached(args: &[&str]) -> (std::process::Child, u64, std::sync::mpsc::
 fn rest(child: std::process::Child, rx: std::sync::mpsc::Receiver<String>) -> (i32, String) {
     let out = finish(child);
     let mut text = String::new();
-    while let Ok(l) = rx.recv_timeout(Duration::from_secs(2)) {
+    // The viewer has exited: read its stdout to the end, however long the pump takes.
+    while let Ok(l) = rx.recv_timeout(LIMIT) {
         text.push_str(&l);
         text.push('\n');
     }

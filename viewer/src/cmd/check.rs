@@ -25,7 +25,7 @@ it writes a failure bundle (--bundle PATH, else drift-STEP.ostmb in the current 
 `bundle written: PATH (reproduce: ostm-viewer replay PATH)`.
 
 Exit codes:
-  0  N steps verified
+  0  N steps verified (or stopped by Ctrl-C: the line starts with `stopped:`)
   1  drift: the line names the step, body and field
   2  a connection or protocol failure, a refusal (token, version, host full), or a stream
      that ended before N steps were verified")]

@@ -227,7 +227,7 @@ pub async fn run(
     let stop = if opts.steps == Some(0) || opts.until.is_some_and(|u| st.world.step >= u) {
         Stop::Asked
     } else {
-        verify_loop(&mut conn, opts, &welcome, &mut st, &mut events, interrupt).await
+        verify_loop(&mut conn, opts, &mut st, &mut events, interrupt).await
     };
     out.stop = stop;
     out.step = st.world.step;
@@ -369,14 +369,12 @@ const STATUS_EVERY: Duration = Duration::from_millis(250);
 async fn verify_loop(
     conn: &mut Conn,
     opts: &Options,
-    welcome: &Welcome,
     st: &mut State,
     events: &mut impl FnMut(Event<'_>),
     interrupt: impl std::future::Future<Output = ()>,
 ) -> Stop {
     tokio::pin!(interrupt);
-    // The viewer's own heartbeat interval is fixed; the host's is only for information.
-    let _ = welcome;
+    // The viewer's own heartbeat interval is fixed; the welcome's is only for information.
     let heartbeat = Duration::from_millis(HEARTBEAT_MS as u64);
     let mut next_heartbeat = tokio::time::Instant::now() + heartbeat;
     let mut next_status = Instant::now() + STATUS_EVERY;
@@ -408,7 +406,8 @@ async fn verify_loop(
                         r.step, st.world.step
                     ));
                 }
-                st.host_step = st.host_step.max(r.step + 1);
+                // A hostile host may send step u64::MAX: no overflow.
+                st.host_step = st.host_step.max(r.step.saturating_add(1));
                 ops.clear();
                 // The codec checked the input when it decoded the record.
                 let _ = for_each_op("record", &r.input, 0, |op| ops.push(op));

@@ -49,6 +49,10 @@ pub fn testdata(name: &str) -> PathBuf {
     workspace().join("testdata").join(name)
 }
 
+/// The host's largest `--viewer-queue`: at the tests' rates (at most 2 000 steps/s) a
+/// viewer may stall for half a minute before it is resynced.
+pub const ROOMY_QUEUE: &str = "65536";
+
 /// A running host; killed when dropped.
 pub struct Host {
     child: Child,
@@ -64,9 +68,18 @@ impl Host {
         Host::start_env(args, &[])
     }
 
+    /// Unless `args` set `--viewer-queue`, each viewer's queue holds
+    /// [`ROOMY_QUEUE`] records, so a viewer descheduled for a while on a loaded machine
+    /// is not resynced in a test that is not about resync.
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Host {
+        let queue: &[&str] = if args.contains(&"--viewer-queue") {
+            &[]
+        } else {
+            &["--viewer-queue", ROOMY_QUEUE]
+        };
         let mut child = Command::new(host_bin())
             .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(queue)
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -119,11 +132,13 @@ impl Host {
         let deadline = Instant::now() + LIMIT;
         loop {
             if let Some(s) = self.child.try_wait().expect("wait host") {
-                while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+                // The host has exited, so both pipes end: read them to their end (a
+                // fixed short wait could lose lines on a loaded machine).
+                while let Ok(l) = self.lines.recv_timeout(LIMIT) {
                     self.seen.push(l);
                 }
                 let mut err = String::new();
-                while let Ok(l) = self.stderr.recv_timeout(Duration::from_millis(200)) {
+                while let Ok(l) = self.stderr.recv_timeout(LIMIT) {
                     err.push_str(&l);
                     err.push('\n');
                 }
