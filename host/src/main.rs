@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 /// Step a deterministic test-module world and serve it live to viewers over TCP.
 ///
-/// Exit codes: 0 the stream ended cleanly (steps done, replay done, or Ctrl-C),
+/// Exit codes: 0 the stream ended cleanly (steps done, replay done, or Ctrl-C or SIGTERM),
 /// 2 bad arguments or a failure. Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=info).
 #[derive(Parser)]
 #[command(name = "ostm-host", version, about, long_about = None)]

@@ -64,7 +64,7 @@ picks a free one). Then a status line every --status-ms, and a last `end:` line
 (--json: one object per line, events listening, status, end).
 
 Exit codes:
-  0  the stream ended cleanly: --steps done, the replay's last step served, or Ctrl-C
+  0  the stream ended cleanly: --steps done, the replay's last step served, or Ctrl-C or SIGTERM
   2  bad arguments (a non-loopback address without --token, an unreadable replay), the
      address cannot be bound, or the host failed (e.g. its recording could not be written)")]
 pub struct Args {
@@ -184,11 +184,7 @@ pub fn main(args: Args) -> ExitCode {
         }
     };
     rt.block_on(async {
-        let shutdown = async {
-            if tokio::signal::ctrl_c().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
+        let shutdown = ostm_protocol::signal::stop_signal();
         match run(args, shutdown).await {
             Ok(end) if end.reason.is_clean() => ExitCode::SUCCESS,
             Ok(_) => ExitCode::from(2),

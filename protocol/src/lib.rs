@@ -25,6 +25,8 @@ pub mod recording;
 pub mod rng;
 pub mod scenario;
 pub mod seek;
+#[cfg(feature = "signal")]
+pub mod signal;
 pub mod testdata;
 pub mod trace;
 pub mod wire;

@@ -244,47 +244,85 @@ fn check_prints_a_one_line_verdict() {
     );
 }
 
+/// Ctrl-C (SIGINT) or SIGTERM on the host: every viewer is told the stream ended and why,
+/// and the viewer's recording runs up to the host's last step.
 #[test]
-fn ctrl_c_on_the_host_ends_every_stream_with_a_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let r = dir.path().join("r.ostm");
-    let mut host = Host::start(&["--rate", "500", "--json", "--status-ms", "50"]);
-    let (child, _, rx) = spawn_attached(&["attach", &host.addr, "--record", r.to_str().unwrap()]);
-    host.wait_status(|v| v["viewers"] == 1);
-    host.interrupt();
-    let (c, out) = rest(child, rx);
-    assert_eq!(c, 0, "{out}");
-    assert!(
-        out.contains("ok: the host ended the stream (shutdown: the host was stopped)"),
-        "{out}"
-    );
-    let (status, last, _) = host.wait();
-    assert!(status.success());
-    assert!(last.contains("\"reason\":\"shutdown\""), "{last}");
-    let end: serde_json::Value = serde_json::from_str(&last).unwrap();
-    let (start, n) = check_recording(&r, &default_rows(end["step"].as_u64().unwrap()));
-    assert_eq!(
-        start + n as u64,
-        end["step"].as_u64().unwrap(),
-        "recorded up to the host's last step"
-    );
+fn ctrl_c_or_sigterm_on_the_host_ends_every_stream_with_a_reason() {
+    for sig in ["INT", "TERM"] {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path().join("r.ostm");
+        let mut host = Host::start(&["--rate", "500", "--json", "--status-ms", "50"]);
+        let (child, _, rx) =
+            spawn_attached(&["attach", &host.addr, "--record", r.to_str().unwrap()]);
+        host.wait_status(|v| v["viewers"] == 1);
+        host.signal(sig);
+        let (c, out) = rest(child, rx);
+        assert_eq!(c, 0, "SIG{sig}: {out}");
+        assert!(
+            out.contains("ok: the host ended the stream (shutdown: the host was stopped)"),
+            "SIG{sig}: {out}"
+        );
+        let (status, last, _) = host.wait();
+        assert!(status.success(), "SIG{sig}");
+        assert!(last.contains("\"reason\":\"shutdown\""), "SIG{sig}: {last}");
+        let end: serde_json::Value = serde_json::from_str(&last).unwrap();
+        let (start, n) = check_recording(&r, &default_rows(end["step"].as_u64().unwrap()));
+        assert_eq!(
+            start + n as u64,
+            end["step"].as_u64().unwrap(),
+            "SIG{sig}: recorded up to the host's last step"
+        );
+    }
 }
 
+/// Ctrl-C (SIGINT) or SIGTERM on the viewer: it stops and its recording is whole.
 #[test]
-fn ctrl_c_on_the_viewer_finishes_its_recording() {
+fn ctrl_c_or_sigterm_on_the_viewer_finishes_its_recording() {
+    for sig in ["INT", "TERM"] {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path().join("r.ostm");
+        let mut host = Host::start(&["--rate", "500", "--json", "--status-ms", "50"]);
+        let (child, step, rx) =
+            spawn_attached(&["attach", &host.addr, "--record", r.to_str().unwrap()]);
+        host.wait_status(|v| v["step"].as_u64().unwrap_or(0) > step + 100);
+        signal(child.id(), sig);
+        let (c, out) = rest(child, rx);
+        assert_eq!(c, 0, "SIG{sig}: {out}");
+        assert!(out.contains("stopped: verified "), "SIG{sig}: {out}");
+        let (start, n) = check_recording(&r, &default_rows(recording_end(&r)));
+        assert_eq!(start, step, "SIG{sig}");
+        assert!(n > 0, "SIG{sig}");
+    }
+}
+
+/// SIGTERM on a host that records its own session finishes that recording too.
+#[test]
+fn sigterm_on_a_recording_host_leaves_a_whole_recording() {
     let dir = tempfile::tempdir().unwrap();
-    let r = dir.path().join("r.ostm");
-    let mut host = Host::start(&["--rate", "500", "--json", "--status-ms", "50"]);
-    let (child, step, rx) =
-        spawn_attached(&["attach", &host.addr, "--record", r.to_str().unwrap()]);
-    host.wait_status(|v| v["step"].as_u64().unwrap_or(0) > step + 100);
-    interrupt(child.id());
-    let (c, out) = rest(child, rx);
-    assert_eq!(c, 0, "{out}");
-    assert!(out.contains("stopped: verified "), "{out}");
-    let (start, n) = check_recording(&r, &default_rows(recording_end(&r)));
-    assert_eq!(start, step);
-    assert!(n > 0);
+    let r = dir.path().join("host.ostm");
+    let mut host = Host::start(&[
+        "--rate",
+        "500",
+        "--json",
+        "--status-ms",
+        "50",
+        "--record",
+        r.to_str().unwrap(),
+    ]);
+    host.wait_status(|v| v["step"].as_u64().unwrap_or(0) > 100);
+    host.signal("TERM");
+    let (status, last, _) = host.wait();
+    assert!(status.success(), "{last}");
+    let end: serde_json::Value = serde_json::from_str(&last).unwrap();
+    let steps = end["step"].as_u64().unwrap();
+    let rec = ostm_protocol::Replay::read_file(&r).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rec.start_step(), 0);
+    assert_eq!(rec.step_count() as u64, steps, "recorded every step");
+    assert!(matches!(
+        rec.verify(|_| {}),
+        ostm_protocol::Verdict::Match { .. }
+    ));
+    assert_eq!(rec.hashes.as_deref(), Some(&default_rows(steps)[..]));
 }
 
 /// A viewer far slower than the host is resynced, not failed; its recording closes at

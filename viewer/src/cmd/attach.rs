@@ -39,7 +39,7 @@ the recording (SESSION.drift-STEP.ostmb), else drift-STEP.ostmb in the current d
 `ostm-viewer replay BUNDLE` reproduces it.
 
 Exit codes:
-  0  stopped as asked (--steps, --until, Ctrl-C), or the host ended the stream cleanly
+  0  stopped as asked (--steps, --until, Ctrl-C or SIGTERM), or the host ended the stream cleanly
   1  drift: the report names the step, body, field and stage where host and viewer part
   2  a connection or protocol failure, a refusal (token, version, host full), the host
      ending with an error, or a recording that could not be written")]
@@ -77,11 +77,9 @@ pub struct Args {
     pub throttle: Option<u32>,
 }
 
-/// Resolves on Ctrl-C (never, if the signal cannot be watched).
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM: the session stops cleanly and finishes `--record`.
 pub async fn ctrl_c() {
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
-    }
+    ostm_protocol::signal::stop_signal().await
 }
 
 /// A current-thread runtime for one session.

@@ -154,6 +154,11 @@ impl Host {
         interrupt(self.child.id());
     }
 
+    /// Sends a signal by name (`INT`, `TERM`).
+    pub fn signal(&self, name: &str) {
+        signal(self.child.id(), name);
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -168,10 +173,15 @@ impl Drop for Host {
 
 /// Sends SIGINT to a process.
 pub fn interrupt(pid: u32) {
+    signal(pid, "INT");
+}
+
+/// Sends a signal by name (`INT`, `TERM`) to a process.
+pub fn signal(pid: u32, name: &str) {
     let ok = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
+        .args([format!("-{name}"), pid.to_string()])
         .status()
-        .expect("kill -INT");
+        .expect("kill");
     assert!(ok.success());
 }
 
