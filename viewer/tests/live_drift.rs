@@ -20,14 +20,14 @@ fn planted() -> (usize, i32) {
     (body, w.bodies[body].vel[1])
 }
 
-/// A host on the embedded world at 1500 steps/s, perturbed at `STEP` when asked, once it
+/// A host on the embedded world at 1000 steps/s, perturbed at `STEP` when asked, once it
 /// has passed step 10 (so a viewer attaches well before `STEP`).
 fn host(perturb: bool) -> Host {
     let (body, _) = planted();
     let planted = format!("{STEP}:{body}");
     let mut args = vec![
         "--rate",
-        "1500",
+        "1000",
         "--steps",
         "6000",
         // Every world of the run held: a viewer that falls behind on a loaded machine

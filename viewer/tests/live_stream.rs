@@ -131,7 +131,7 @@ fn late_joiners_record_files_that_verify_and_whose_overlap_agrees() {
 fn the_host_ending_mid_stream_leaves_the_recording_valid() {
     let dir = tempfile::tempdir().unwrap();
     let c = dir.path().join("c.ostm");
-    let host = Host::start(&["--rate", "2000", "--steps", "3000", "--status-ms", "0"]);
+    let host = Host::start(&["--rate", "1000", "--steps", "3000", "--status-ms", "0"]);
     let out = viewer(&["attach", &host.addr, "--record", c.to_str().unwrap()]);
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert!(
