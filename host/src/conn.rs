@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use subtle::ConstantTimeEq;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -159,7 +160,9 @@ async fn handshake(reader: &mut Reader, hub: &Hub, cfg: &ConnConfig) -> Result<(
         ));
     }
     if let Some(token) = &cfg.token {
-        if hello.token != token.as_bytes() {
+        // Constant time in the token's bytes, so timing does not reveal a matching prefix.
+        let matches: bool = hello.token.as_slice().ct_eq(token.as_bytes()).into();
+        if !matches {
             let why = if hello.token.is_empty() {
                 "this host requires a token; none was sent"
             } else {
