@@ -15,7 +15,7 @@
 
 use crate::cursor::Cursor;
 use crate::error::FormatError;
-use crate::op::{for_each_op, Op};
+use crate::op::Op;
 use crate::ostm::{Inputs, Replay};
 use crate::world::{first_difference, FieldDiff, World, MAX_SNAPSHOT_BYTES};
 use std::io::Write;
@@ -318,8 +318,7 @@ impl Bundle {
         let mut ops: Vec<Op> = Vec::new();
         for (row, &want) in rows.iter().enumerate() {
             if row > 0 {
-                ops.clear();
-                let _ = for_each_op("", self.replay.inputs.get(row - 1), 0, |op| ops.push(op));
+                self.replay.inputs.ops_into(row - 1, &mut ops);
                 world.step(&ops);
             }
             if row == self.row as usize {

@@ -59,9 +59,15 @@ impl Inputs {
     /// Step `i`'s ops.
     pub fn ops(&self, i: usize) -> Vec<Op> {
         let mut ops = Vec::new();
+        self.ops_into(i, &mut ops);
+        ops
+    }
+
+    /// Step `i`'s ops into `ops` (cleared first), reusing its allocation.
+    pub fn ops_into(&self, i: usize, ops: &mut Vec<Op>) {
+        ops.clear();
         // Inputs are validated when added, so this cannot fail.
         let _ = for_each_op("", self.get(i), 0, |op| ops.push(op));
-        ops
     }
 
     /// Appends a step's input after checking it decodes; returns its ops.
@@ -449,39 +455,50 @@ impl Replay {
     ///
     /// A replay read from a file holds exactly step count + 1 rows; rows missing from a
     /// replay built in code are not checked, and `rows_checked` counts the rows compared.
-    pub fn verify(&self, mut progress: impl FnMut(usize)) -> Verdict {
-        let mut world = self.start_world();
+    pub fn verify(&self, progress: impl FnMut(usize)) -> Verdict {
+        self.verify_from_row(self.start_world(), 0, progress)
+    }
+
+    /// Runs on from `world`, which must be the world at hash row `first` (its step is the
+    /// start step + `first`), comparing every later row that exists by step number;
+    /// `progress` is called with the number of rows past `first` done every
+    /// [`PROGRESS_EVERY`] steps and at the end. Rows missing from a replay built in code
+    /// are not checked.
+    pub fn verify_from_row(
+        &self,
+        mut world: World,
+        first: usize,
+        mut progress: impl FnMut(usize),
+    ) -> Verdict {
         let rows = self.hashes.as_deref().unwrap_or(&[]);
-        let check = |row: usize, world: &World| -> Option<Verdict> {
-            let expected = *rows.get(row)?;
-            let actual = world.hash();
-            (expected != actual).then_some(Verdict::Mismatch {
-                step: world.step,
-                row,
-                expected,
-                actual,
-            })
-        };
-        if let Some(v) = check(0, &world) {
-            return v;
-        }
+        let mut checked = 0u64;
         let mut ops = Vec::new();
-        for i in 0..self.step_count() {
-            ops.clear();
-            // Inputs are validated when read or pushed, so decoding cannot fail here.
-            let _ = for_each_op("", self.inputs.get(i), 0, |op| ops.push(op));
-            world.step(&ops);
-            if let Some(v) = check(i + 1, &world) {
-                return v;
+        for row in first..=self.step_count() {
+            if row > first {
+                self.inputs.ops_into(row - 1, &mut ops);
+                world.step(&ops);
+                let done = row - first;
+                if done % PROGRESS_EVERY == 0 {
+                    progress(done);
+                }
             }
-            if i % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
-                progress(i + 1);
+            if let Some(&expected) = rows.get(row) {
+                let actual = world.hash();
+                checked += 1;
+                if expected != actual {
+                    return Verdict::Mismatch {
+                        step: world.step,
+                        row,
+                        expected,
+                        actual,
+                    };
+                }
             }
         }
-        progress(self.step_count());
+        progress(self.step_count().saturating_sub(first));
         Verdict::Match {
             final_hash: world.hash(),
-            rows_checked: rows.len().min(self.step_count() + 1) as u64,
+            rows_checked: checked,
         }
     }
 }
