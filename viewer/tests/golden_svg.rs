@@ -90,7 +90,7 @@ fn render(case: &Case, out: &Path) {
     if let Some(g) = case.ghost {
         cmd.arg("--ghost").arg(data.join(g));
     }
-    let o = cmd.output().expect("the viewer runs");
+    let o = ostm_testkit::run(&mut cmd);
     assert!(
         o.status.success(),
         "{}: {}",

@@ -157,13 +157,11 @@ fn a_keyframe_of_the_embedded_world_served_alone_continues_the_embedded_stream()
 fn a_keyframe_that_is_not_the_replays_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let k = export(&testdata("test-10000.ostm"), 300, dir.path());
-    let host = std::process::Command::new(host_bin())
+    let host = run(std::process::Command::new(host_bin())
         .args(["serve", "--listen", "127.0.0.1:0", "--replay"])
         .arg(testdata("test-2d-600.ostm"))
         .arg("--from-keyframe")
-        .arg(&k)
-        .output()
-        .unwrap();
+        .arg(&k));
     assert_eq!(host.status.code(), Some(2));
     let err = String::from_utf8_lossy(&host.stderr);
     assert!(
@@ -171,11 +169,9 @@ fn a_keyframe_that_is_not_the_replays_is_refused() {
         "{err}"
     );
     // A keyframe brings its own setup.
-    let host = std::process::Command::new(host_bin())
+    let host = run(std::process::Command::new(host_bin())
         .args(["serve", "--listen", "127.0.0.1:0", "--seed", "5"])
         .arg("--from-keyframe")
-        .arg(&k)
-        .output()
-        .unwrap();
+        .arg(&k));
     assert_eq!(host.status.code(), Some(2));
 }

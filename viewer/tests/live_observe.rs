@@ -112,7 +112,7 @@ fn offline_fields(file: &str, step: u64, json: bool) -> String {
     if json {
         args.push("--json".into());
     }
-    let out = Command::new(viewer_bin()).args(&args).output().unwrap();
+    let out = run(Command::new(viewer_bin()).args(&args));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     stdout(&out)
 }

@@ -6,8 +6,6 @@ mod live_support;
 
 use live_support::*;
 use ostm_protocol::Replay;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 
 /// The embedded world is test-10000's world: the committed file's rows are the reference.
 #[test]
@@ -20,36 +18,10 @@ fn the_embedded_world_is_test_10000() {
     );
 }
 
-/// Spawns a viewer and returns once it has printed its `attached` line.
-fn spawn_attached(args: &[&str]) -> (std::process::Child, u64, std::sync::mpsc::Receiver<String>) {
-    let mut child = Command::new(viewer_bin())
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start viewer");
-    let out = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let first = rx.recv_timeout(LIMIT).expect("attached line");
-    let step = attached_step(&first);
-    (child, step, rx)
-}
-
-fn rest(child: std::process::Child, rx: std::sync::mpsc::Receiver<String>) -> (i32, String) {
-    let out = finish(child);
-    let mut text = String::new();
-    // The viewer has exited: read its stdout to the end, however long the pump takes.
-    while let Ok(l) = rx.recv_timeout(LIMIT) {
-        text.push_str(&l);
-        text.push('\n');
-    }
-    (code(&out), text)
+/// A viewer's exit code and everything it printed on stdout.
+fn rest(p: Proc) -> (i32, String) {
+    let out = finish(p);
+    (code(&out), stdout(&out))
 }
 
 #[test]
@@ -67,7 +39,7 @@ fn late_joiners_record_files_that_verify_and_whose_overlap_agrees() {
         "50",
     ]);
     host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= 100);
-    let (ca, step_a, ra) = spawn_attached(&[
+    let (ca, step_a) = spawn_attached(&[
         "attach",
         &host.addr,
         "--record",
@@ -76,7 +48,7 @@ fn late_joiners_record_files_that_verify_and_whose_overlap_agrees() {
         "4000",
     ]);
     host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= step_a + 200);
-    let (cb, step_b, rb) = spawn_attached(&[
+    let (cb, step_b) = spawn_attached(&[
         "attach",
         &host.addr,
         "--record",
@@ -89,8 +61,8 @@ fn late_joiners_record_files_that_verify_and_whose_overlap_agrees() {
         step_b > step_a,
         "the second viewer attached later ({step_b} > {step_a})"
     );
-    let (code_a, out_a) = rest(ca, ra);
-    let (code_b, out_b) = rest(cb, rb);
+    let (code_a, out_a) = rest(ca);
+    let (code_b, out_b) = rest(cb);
     assert_eq!(code_a, 0, "{out_a}");
     assert_eq!(code_b, 0, "{out_b}");
     assert!(
@@ -252,11 +224,10 @@ fn ctrl_c_or_sigterm_on_the_host_ends_every_stream_with_a_reason() {
         let dir = tempfile::tempdir().unwrap();
         let r = dir.path().join("r.ostm");
         let mut host = Host::start(&["--rate", "500", "--json", "--status-ms", "50"]);
-        let (child, _, rx) =
-            spawn_attached(&["attach", &host.addr, "--record", r.to_str().unwrap()]);
+        let (child, _) = spawn_attached(&["attach", &host.addr, "--record", r.to_str().unwrap()]);
         host.wait_status(|v| v["viewers"] == 1);
         host.signal(sig);
-        let (c, out) = rest(child, rx);
+        let (c, out) = rest(child);
         assert_eq!(c, 0, "SIG{sig}: {out}");
         assert!(
             out.contains("ok: the host ended the stream (shutdown: the host was stopped)"),
@@ -282,11 +253,11 @@ fn ctrl_c_or_sigterm_on_the_viewer_finishes_its_recording() {
         let dir = tempfile::tempdir().unwrap();
         let r = dir.path().join("r.ostm");
         let mut host = Host::start(&["--rate", "500", "--json", "--status-ms", "50"]);
-        let (child, step, rx) =
+        let (child, step) =
             spawn_attached(&["attach", &host.addr, "--record", r.to_str().unwrap()]);
         host.wait_status(|v| v["step"].as_u64().unwrap_or(0) > step + 100);
-        signal(child.id(), sig);
-        let (c, out) = rest(child, rx);
+        child.signal(sig);
+        let (c, out) = rest(child);
         assert_eq!(c, 0, "SIG{sig}: {out}");
         assert!(out.contains("stopped: verified "), "SIG{sig}: {out}");
         let (start, n) = check_recording(&r, &default_rows(recording_end(&r)));

@@ -488,11 +488,11 @@ fn verify_catches_one_wrong_row_in_test_10000() {
 fn logs_to_a_pipe_hold_no_colour_codes() {
     // `trace` logs its row count at debug level; stderr here is a pipe, not a terminal.
     let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/test-2d-600.ostm");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ostm-viewer"))
-        .args(["trace", s(&file), "--to", "2"])
-        .env("RUST_LOG", "debug")
-        .output()
-        .expect("run ostm-viewer");
+    let out = ostm_testkit::run(
+        std::process::Command::new(env!("CARGO_BIN_EXE_ostm-viewer"))
+            .args(["trace", s(&file), "--to", "2"])
+            .env("RUST_LOG", "debug"),
+    );
     assert_eq!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

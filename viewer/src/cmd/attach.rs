@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 Output: `attached to ADDR at step S (...)`, a `link: ...` line when the world has a link
 block, then a status line `host step H | verified N | lag L | R steps/s` (rewritten in
 place on a terminal, once a second otherwise; lag = the host step last heard of minus the
-viewer's verified step), `resync: ...` lines, `recorded FILE (...)` per file, and a last
+viewer's verified step; `| resyncs R` once there was one), `resync: ...` lines (at most
+one a second, counting the others; --json prints every resync), a `resyncs: R (...)`
+summary, `recorded FILE (...)` per file, and a last
 `ok: ...`, `stopped: ...`, drift report, or `error: ...` (on stderr).
 A recording continues in SESSION.1.ostm, SESSION.2.ostm, ... after each resync.
 On drift a failure bundle is written (docs/bundle-format.md): --bundle PATH, else beside
@@ -104,6 +106,9 @@ fn status_line(s: &Status) -> String {
         s.lag(),
         s.rate
     );
+    if s.resyncs > 0 {
+        line.push_str(&format!(" | resyncs {}", s.resyncs));
+    }
     if let Some((density, occupancy)) = s.fields {
         line.push_str(&format!(
             " | density max {} | occupancy max {occupancy}",
@@ -115,12 +120,75 @@ fn status_line(s: &Status) -> String {
 
 fn status_json(s: &Status) -> serde_json::Value {
     let mut obj = serde_json::json!({"event": "status", "host_step": s.host_step, "step": s.step, "verified": s.verified,
-        "lag": s.lag(), "rate": (s.rate * 10.0).round() / 10.0});
+        "lag": s.lag(), "rate": (s.rate * 10.0).round() / 10.0, "resyncs": s.resyncs});
     if let Some((density, occupancy)) = s.fields {
         obj["density_max"] = density.into();
         obj["occupancy_max"] = occupancy.into();
     }
     obj
+}
+
+/// What a person reads of resyncs (docs/protocol.md, "The tools on each end"): a
+/// `resync:` line for the first one, then at most one line per second that counts the
+/// resyncs since the line before, and a summary at the end. `--json` prints every resync.
+#[derive(Default)]
+pub struct ResyncLines {
+    /// Resyncs so far.
+    pub count: u64,
+    /// Steps jumped over by all of them (never sent, so never verified).
+    pub skipped: u64,
+    /// Resyncs since the last line printed.
+    unprinted: u64,
+    last_line: Option<Instant>,
+}
+
+impl ResyncLines {
+    /// How often a `resync:` line may be printed.
+    pub const EVERY: Duration = Duration::from_secs(1);
+
+    /// Counts one resync seen at `now`; returns the line to print now, if any.
+    pub fn note(
+        &mut self,
+        now: Instant,
+        from: u64,
+        to: u64,
+        file: Option<&Path>,
+    ) -> Option<String> {
+        self.count += 1;
+        self.skipped += to.saturating_sub(from);
+        self.unprinted += 1;
+        if self
+            .last_line
+            .is_some_and(|t| now.saturating_duration_since(t) < Self::EVERY)
+        {
+            return None;
+        }
+        self.last_line = Some(now);
+        let more = match self.unprinted - 1 {
+            0 => String::new(),
+            n => format!(
+                " ({n} more since the last resync line, {} in all)",
+                self.count
+            ),
+        };
+        self.unprinted = 0;
+        let cont = file
+            .map(|f| format!("; recording continues in {}", f.display()))
+            .unwrap_or_default();
+        Some(format!(
+            "resync: fell behind at step {from}, continuing from the host's snapshot at step {to}{cont}{more}"
+        ))
+    }
+
+    /// The closing summary, when there was any resync.
+    pub fn summary(&self) -> Option<String> {
+        (self.count > 0).then(|| {
+            format!(
+                "resyncs: {} ({} steps jumped over, never verified)",
+                self.count, self.skipped
+            )
+        })
+    }
 }
 
 /// The fields report at one step: `ostm-viewer fields`' own text or JSON, naming the
@@ -160,6 +228,7 @@ pub fn run(args: Args) -> Exit {
     let json = args.json;
     let terminal = !json && std::io::stderr().is_terminal();
     let mut last_plain = Instant::now();
+    let mut resyncs = ResyncLines::default();
     let outcome = rt.block_on(session::run(
         &opts,
         |ev| match ev {
@@ -185,14 +254,13 @@ pub fn run(args: Args) -> Exit {
                 print_fields(json, &opts.addr, world, fields);
             }
             Event::Resync { from, to, file } => {
-                if terminal {
-                    eprint!("\r\x1b[2K");
-                }
                 if json {
                     out(&serde_json::json!({"event": "resync", "from": from, "to": to, "file": file.map(|f| f.display().to_string())}).to_string());
-                } else {
-                    let cont = file.map(|f| format!("; recording continues in {}", f.display())).unwrap_or_default();
-                    out(&format!("resync: fell behind at step {from}, continuing from the host's snapshot at step {to}{cont}"));
+                } else if let Some(line) = resyncs.note(Instant::now(), from, to, file.map(|f| f.as_path())) {
+                    if terminal {
+                        eprint!("\r\x1b[2K");
+                    }
+                    out(&line);
                 }
             }
             Event::Status(s) => {
@@ -223,6 +291,9 @@ pub fn run(args: Args) -> Exit {
     } else {
         for (step, why) in &outcome.fields_missed {
             out(&format!("note: no fields at step {step}: {why}"));
+        }
+        if let Some(line) = resyncs.summary() {
+            out(&line);
         }
         for w in &outcome.files {
             out(&format!(
@@ -319,4 +390,39 @@ pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
         "message": line,
     });
     (exit, line, obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ResyncLines;
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn resync_lines_are_at_most_one_a_second_and_count_every_resync() {
+        let t0 = Instant::now();
+        let mut r = ResyncLines::default();
+        let mut printed = Vec::new();
+        // 1 000 resyncs over 2.5 s: one line at 0, 1 and 2 s.
+        for i in 0..1000u64 {
+            let now = t0 + Duration::from_micros(i * 2500);
+            if let Some(l) = r.note(now, i * 10, i * 10 + 4, Some(Path::new("r.1.ostm"))) {
+                printed.push(l);
+            }
+        }
+        assert_eq!(printed.len(), 3, "{printed:#?}");
+        assert!(printed[0].starts_with("resync: fell behind at step 0, continuing from the host's snapshot at step 4; recording continues in r.1.ostm"));
+        assert!(printed[0].ends_with("r.1.ostm"), "{}", printed[0]);
+        assert!(
+            printed[1].ends_with("(399 more since the last resync line, 401 in all)"),
+            "{}",
+            printed[1]
+        );
+        assert_eq!(r.count, 1000);
+        assert_eq!(
+            r.summary().as_deref(),
+            Some("resyncs: 1000 (4000 steps jumped over, never verified)")
+        );
+        assert_eq!(ResyncLines::default().summary(), None);
+    }
 }

@@ -97,6 +97,8 @@ pub struct Status {
     pub host_step: u64,
     pub step: u64,
     pub verified: u64,
+    /// Resyncs so far.
+    pub resyncs: u64,
     /// Verified steps per second since attaching.
     pub rate: f64,
     /// With `fields`: the largest density (units of 1 / [`fields::DENSITY_ONE`] body) and
@@ -496,6 +498,7 @@ fn status(st: &State) -> Status {
         host_step: st.host_step,
         step: st.world.step,
         verified: st.verified,
+        resyncs: st.resyncs,
         rate: if secs > 0.0 {
             st.verified as f64 / secs
         } else {

@@ -4,38 +4,19 @@
 
 use ostm_protocol::scenario::Scenario;
 use ostm_protocol::{Replay, Setup, World};
-use std::io::{BufRead, BufReader};
+pub use ostm_testkit::{signal, Proc, LIMIT};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc::{channel, Receiver};
-use std::sync::Once;
-use std::time::{Duration, Instant};
-
-/// The longest any single wait in these tests may take before the test fails.
-pub const LIMIT: Duration = Duration::from_secs(120);
+use std::process::{Command, ExitStatus, Output};
+use std::time::Instant;
 
 pub fn viewer_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ostm-viewer"))
 }
 
-/// `ostm-host`, next to `ostm-viewer` in the same target directory; built once if missing.
+/// `ostm-host`, built by `cargo test --workspace` before any test starts (the host crate's
+/// own integration tests make cargo build it), under the workspace's one feature set.
 pub fn host_bin() -> PathBuf {
-    static BUILD: Once = Once::new();
-    let exe = viewer_bin().with_file_name(format!("ostm-host{}", std::env::consts::EXE_SUFFIX));
-    BUILD.call_once(|| {
-        if !exe.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-p", "ostm-host"])
-                .current_dir(workspace());
-            if exe.components().any(|c| c.as_os_str() == "release") {
-                cmd.arg("--release");
-            }
-            let status = cmd.status().expect("run cargo build -p ostm-host");
-            assert!(status.success(), "cargo build -p ostm-host failed");
-        }
-    });
-    exe
+    ostm_testkit::bin("ostm-host")
 }
 
 pub fn workspace() -> PathBuf {
@@ -53,13 +34,10 @@ pub fn testdata(name: &str) -> PathBuf {
 /// viewer may stall for half a minute before it is resynced.
 pub const ROOMY_QUEUE: &str = "65536";
 
-/// A running host; killed when dropped.
+/// A running host, its output read while it runs; killed when dropped.
 pub struct Host {
-    child: Child,
+    proc: Proc,
     pub addr: String,
-    lines: Receiver<String>,
-    stderr: Receiver<String>,
-    pub seen: Vec<String>,
 }
 
 impl Host {
@@ -77,20 +55,14 @@ impl Host {
         } else {
             &["--viewer-queue", ROOMY_QUEUE]
         };
-        let mut child = Command::new(host_bin())
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(queue)
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start ostm-host");
-        let lines = pump(child.stdout.take().expect("stdout"));
-        let stderr = pump(child.stderr.take().expect("stderr"));
-        let first = lines
-            .recv_timeout(LIMIT)
-            .expect("the host prints its address first");
+        let mut proc = Proc::spawn(
+            Command::new(host_bin())
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .args(queue)
+                .args(args)
+                .envs(env.iter().copied()),
+        );
+        let first = proc.line().expect("the host prints its address first");
         let addr = if first.starts_with('{') {
             let v: serde_json::Value = serde_json::from_str(&first).expect("json line");
             v["addr"].as_str().expect("addr").to_string()
@@ -98,20 +70,17 @@ impl Host {
             first.rsplit(' ').next().expect("address").to_string()
         };
         assert!(addr.starts_with("127.0.0.1:"), "{first}");
-        Host {
-            child,
-            addr,
-            lines,
-            stderr,
-            seen: vec![first],
-        }
+        Host { proc, addr }
+    }
+
+    /// The stdout lines read so far.
+    pub fn seen(&self) -> &[String] {
+        &self.proc.seen
     }
 
     /// The next stdout line, waiting at most [`LIMIT`].
     pub fn line(&mut self) -> Option<String> {
-        let l = self.lines.recv_timeout(LIMIT).ok()?;
-        self.seen.push(l.clone());
-        Some(l)
+        self.proc.line()
     }
 
     /// Reads status lines until `pred` holds for one (JSON hosts only).
@@ -124,50 +93,33 @@ impl Host {
                 return v;
             }
         }
-        panic!("no matching status line; saw {:?}", self.seen);
+        panic!("no matching status line; saw {:?}", self.proc.seen);
     }
 
-    /// Waits for the host to exit; returns its status and its last stdout line.
-    pub fn wait(mut self) -> (ExitStatus, String, String) {
-        let deadline = Instant::now() + LIMIT;
-        loop {
-            if let Some(s) = self.child.try_wait().expect("wait host") {
-                // The host has exited, so both pipes end: read them to their end (a
-                // fixed short wait could lose lines on a loaded machine).
-                while let Ok(l) = self.lines.recv_timeout(LIMIT) {
-                    self.seen.push(l);
-                }
-                let mut err = String::new();
-                while let Ok(l) = self.stderr.recv_timeout(LIMIT) {
-                    err.push_str(&l);
-                    err.push('\n');
-                }
-                return (s, self.seen.last().cloned().unwrap_or_default(), err);
-            }
-            assert!(Instant::now() < deadline, "the host did not exit in time");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// Waits for the host to exit; returns its status, its last stdout line and its stderr.
+    pub fn wait(self) -> (ExitStatus, String, String) {
+        let out = self.proc.finish();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text.lines().last().unwrap_or_default().to_string();
+        (
+            out.status,
+            last,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// Sends SIGINT (Ctrl-C).
     pub fn interrupt(&self) {
-        interrupt(self.child.id());
+        self.proc.signal("INT");
     }
 
-    /// Sends a signal by name (`INT`, `TERM`).
+    /// Sends a signal by name (`INT`, `TERM`, `KILL`, `STOP`, `CONT`).
     pub fn signal(&self, name: &str) {
-        signal(self.child.id(), name);
+        self.proc.signal(name);
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.proc.pid()
     }
 }
 
@@ -176,73 +128,39 @@ pub fn interrupt(pid: u32) {
     signal(pid, "INT");
 }
 
-/// Sends a signal by name (`INT`, `TERM`) to a process.
-pub fn signal(pid: u32, name: &str) {
-    let ok = Command::new("kill")
-        .args([format!("-{name}"), pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(ok.success());
-}
-
-fn pump(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
 /// Runs `ostm-viewer ARGS` to completion (killed after [`LIMIT`]).
 pub fn viewer(args: &[&str]) -> Output {
     finish(spawn_viewer(args))
 }
 
-/// `ostm-viewer ARGS` started now, its output piped and `RUST_LOG` unset (finish it with
-/// [`finish`]).
-pub fn spawn_viewer(args: &[&str]) -> Child {
-    viewer_command(args).spawn().expect("start ostm-viewer")
+/// `ostm-viewer ARGS` started now, its output read while it runs and `RUST_LOG` unset
+/// (finish it with [`finish`]).
+pub fn spawn_viewer(args: &[&str]) -> Proc {
+    Proc::spawn(Command::new(viewer_bin()).args(args))
 }
 
 /// [`spawn_viewer`] run in `dir`.
-pub fn spawn_viewer_in(dir: &Path, args: &[&str]) -> Child {
-    viewer_command(args)
-        .current_dir(dir)
-        .spawn()
-        .expect("start ostm-viewer")
+pub fn spawn_viewer_in(dir: &Path, args: &[&str]) -> Proc {
+    Proc::spawn(Command::new(viewer_bin()).args(args).current_dir(dir))
 }
 
-fn viewer_command(args: &[&str]) -> Command {
-    let mut cmd = Command::new(viewer_bin());
-    cmd.args(args)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
+/// Starts `ostm-viewer ARGS` and returns once it has printed its `attached` line, with
+/// the step it attached at.
+pub fn spawn_attached(args: &[&str]) -> (Proc, u64) {
+    let mut p = spawn_viewer(args);
+    let first = p.line().expect("attached line");
+    let step = attached_step(&first);
+    (p, step)
 }
 
 /// Waits for a child with [`LIMIT`], killing it past that.
-pub fn finish(mut child: Child) -> Output {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "ostm-viewer did not finish: {}",
-                String::from_utf8_lossy(&out.stdout)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub fn finish(p: Proc) -> Output {
+    p.finish()
+}
+
+/// Runs any command to its end, its output read while it runs.
+pub fn run(cmd: &mut Command) -> Output {
+    ostm_testkit::run(cmd)
 }
 
 pub fn code(o: &Output) -> i32 {

@@ -12,13 +12,10 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// Runs `ostm-viewer ARGS` to completion, with `RUST_LOG` unset.
+/// Runs `ostm-viewer ARGS` to completion, with `RUST_LOG` unset, its output read while
+/// it runs.
 pub fn viewer(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_ostm-viewer"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("run ostm-viewer");
+    let out = ostm_testkit::run(Command::new(env!("CARGO_BIN_EXE_ostm-viewer")).args(args));
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

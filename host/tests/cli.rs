@@ -1,0 +1,58 @@
+//! `ostm-host` as a user runs it: help with examples, exit codes, a short run to its end.
+//! (This crate also makes `cargo test --workspace` build `ostm-host` before any test
+//! starts, for the viewer's live tests.)
+
+use ostm_testkit::{run, Proc};
+use std::process::Command;
+
+fn host() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ostm-host"))
+}
+
+#[test]
+fn help_shows_examples_and_exits_0() {
+    for args in [&["--help"][..], &["serve", "--help"]] {
+        let out = run(host().args(args));
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Examples:"), "{args:?}: {text}");
+        assert!(text.contains("ostm-host serve"), "{args:?}: {text}");
+    }
+}
+
+#[test]
+fn an_unknown_option_is_bad_input() {
+    let out = run(host().args(["serve", "--no-such-option"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-option"));
+}
+
+#[test]
+fn a_non_loopback_address_needs_a_token() {
+    let out = run(host().args(["serve", "--listen", "0.0.0.0:0", "--steps", "1"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("is not a loopback address: --token is required"));
+}
+
+#[test]
+fn a_short_run_prints_its_address_first_and_its_end_last() {
+    let mut p = Proc::spawn(host().args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--rate",
+        "max",
+        "--steps",
+        "50",
+        "--status-ms",
+        "0",
+    ]));
+    let first = p.line().expect("a first line");
+    assert!(first.contains("127.0.0.1:"), "{first}");
+    let out = p.finish();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.starts_with("end: finished"), "{text}");
+}
