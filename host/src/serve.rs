@@ -55,6 +55,8 @@ pub const DEFAULT_STALL_MS: u64 = 10_000;
   ostm-host serve --replay testdata/test-10000.ostm --from-keyframe k5000.json
   # Record the host's own session
   ostm-host serve --steps 36000 --record host.ostm
+  # Hold the world at its start step until two viewers have attached
+  ostm-host serve --wait-for-viewers 2 --steps 600
   # Any non-loopback address needs a token (viewers pass --token; it is never logged)
   ostm-host serve --listen 0.0.0.0:7878 --token \"$OSTM_TOKEN\"
   # Viewers join at any step: ostm-viewer attach ADDR, ostm-viewer check ADDR --steps N
@@ -118,6 +120,10 @@ pub struct Args {
     /// Milliseconds between status lines on stdout (0: none, only the last line).
     #[arg(long, default_value_t = 1000)]
     pub status_ms: u64,
+    /// Take no step until N viewers have attached (they all attach at the start step and
+    /// see every step from there; for demos and tests). 0 starts stepping at once.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub wait_for_viewers: u64,
     /// Print the address, status and end lines as JSON objects, one per line.
     #[arg(long)]
     pub json: bool,
@@ -279,6 +285,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         steps: args.steps,
         perturb: args.perturb,
         record: args.record.clone(),
+        wait_for_viewers: args.wait_for_viewers,
         stamps: args.stamps.clone(),
     };
     let cancel = CancellationToken::new();

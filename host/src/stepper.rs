@@ -23,6 +23,8 @@ pub struct Plan {
     pub perturb: Option<(u64, u8)>,
     /// Record the host's own session here.
     pub record: Option<PathBuf>,
+    /// Take no step until this many viewers have attached (0: start at once).
+    pub wait_for_viewers: u64,
     /// Benchmark only: append `step unix-nanoseconds` for every step whose resulting world
     /// step is a multiple of [`STAMP_EVERY`], taken just before the step is published.
     pub stamps: Option<PathBuf>,
@@ -67,6 +69,15 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
         },
         None => None,
     };
+    while hub
+        .counters
+        .viewers_total
+        .load(std::sync::atomic::Ordering::Relaxed)
+        < plan.wait_for_viewers
+        && !cancel.is_cancelled()
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let started = Instant::now();
     let mut done: u64 = 0;
     let result = loop {

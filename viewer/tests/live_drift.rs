@@ -20,11 +20,13 @@ fn planted() -> (usize, i32) {
     (body, w.bodies[body].vel[1])
 }
 
-/// A host on the embedded world at 1000 steps/s, perturbed at `STEP` when asked, once it
-/// has passed step 10 (so a viewer attaches well before `STEP`).
-fn host(perturb: bool) -> Host {
+/// A host on the embedded world at 1000 steps/s, perturbed at `STEP` when asked, that
+/// takes its first step once `viewers` viewers have attached (so they attach at step 0,
+/// before `STEP`, however slowly the machine starts them).
+fn host(perturb: bool, viewers: u32) -> Host {
     let (body, _) = planted();
     let planted = format!("{STEP}:{body}");
+    let viewers = viewers.to_string();
     let mut args = vec![
         "--rate",
         "1000",
@@ -37,18 +39,18 @@ fn host(perturb: bool) -> Host {
         "--json",
         "--status-ms",
         "50",
+        "--wait-for-viewers",
+        &viewers,
     ];
     if perturb {
         args.extend_from_slice(&["--perturb", &planted]);
     }
-    let mut host = Host::start(&args);
-    host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= 10);
-    host
+    Host::start(&args)
 }
 
-/// `attach --until 4000 --record DIR/s.ostm`, attached early.
+/// `attach --until 4000 --record DIR/s.ostm`, attached at step 0.
 fn attach_from_early(perturb: bool, dir: &Path) -> std::process::Output {
-    let host = host(perturb);
+    let host = host(perturb, 1);
     let record = dir.join("s.ostm");
     viewer(&[
         "attach",
@@ -127,7 +129,7 @@ fn the_report_as_json_and_its_bundle_replays_to_the_same_report() {
     let (body, vy) = planted();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("live.ostmb");
-    let host = host(true);
+    let host = host(true, 1);
     let out = viewer(&[
         "check",
         &host.addr,
@@ -216,7 +218,7 @@ fn the_report_as_json_and_its_bundle_replays_to_the_same_report() {
 #[test]
 fn the_default_bundle_path_and_no_bundle() {
     let (with, without) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let host = host(true);
+    let host = host(true, 2);
     let a = spawn_viewer_in(with.path(), &["check", &host.addr, "--steps", "5000"]);
     let b = spawn_viewer_in(
         without.path(),

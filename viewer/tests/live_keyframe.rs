@@ -69,7 +69,7 @@ fn a_keyframe_served_with_its_replay_streams_the_replays_rows_from_its_tick() {
     let rows = Replay::read_file(&file).unwrap().hashes.unwrap();
     let k = export(&file, N, dir.path());
     let (host_rec, viewer_rec) = (dir.path().join("host.ostm"), dir.path().join("viewer.ostm"));
-    let mut host = Host::start(&[
+    let host = Host::start(&[
         "--replay",
         file.to_str().unwrap(),
         "--from-keyframe",
@@ -81,8 +81,9 @@ fn a_keyframe_served_with_its_replay_streams_the_replays_rows_from_its_tick() {
         "--json",
         "--status-ms",
         "50",
+        "--wait-for-viewers",
+        "1",
     ]);
-    host.wait_status(|v| v["step"].as_u64().unwrap_or(0) > N);
     let out = viewer(&[
         "attach",
         &host.addr,
@@ -91,7 +92,10 @@ fn a_keyframe_served_with_its_replay_streams_the_replays_rows_from_its_tick() {
     ]);
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     let attached = attached_step(&stdout(&out));
-    assert!(attached > N && attached < 10_000, "attached at {attached}");
+    assert_eq!(
+        attached, N,
+        "the host waited for the viewer at the keyframe's step"
+    );
     let (status, last, err) = host.wait();
     assert!(status.success(), "{last}{err}");
 

@@ -131,9 +131,11 @@ fn a_live_viewer_computes_the_same_fields_as_the_file() {
         "200",
         "--status-ms",
         "0",
+        "--wait-for-viewers",
+        "2",
     ]);
     let at = STEP.to_string();
-    // Both viewers attach at once, well before step 300 (1.5 s at 200 steps/s).
+    // The host takes no step until both viewers have attached: both attach at step 0.
     let spawn = |json: bool| {
         let mut args = vec!["attach", &host.addr, "--fields-at", &at, "--until", &at];
         if json {
@@ -195,13 +197,15 @@ fn fields_in_the_status_and_a_step_before_attaching_is_named() {
         "--replay",
         file.to_str().unwrap(),
         "--rate",
-        "200",
+        "50",
         "--json",
         "--status-ms",
         "20",
     ]);
+    // Attached past step 1 with 100 steps (2 s, two status lines) to go: the replay's 600
+    // steps leave 10 s for the viewer to start.
     host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= 10);
-    let out = viewer(&["attach", &host.addr, "--fields-at", "1", "--steps", "400"]);
+    let out = viewer(&["attach", &host.addr, "--fields-at", "1", "--steps", "100"]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     let text = stdout(&out);
     let attached = attached_step(&text);
@@ -250,8 +254,9 @@ fn attach_names_the_link_role_declaration_and_keys() {
         let host = Host::start(&[
             "--replay",
             path.to_str().unwrap(),
+            // The replay's 300 steps last 30 s: both viewers attach before its end.
             "--rate",
-            "100",
+            "10",
             "--status-ms",
             "0",
         ]);

@@ -29,33 +29,37 @@ fn late_joiners_record_files_that_verify_and_whose_overlap_agrees() {
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a.ostm");
     let b = dir.path().join("b.ostm");
-    let mut host = Host::start(&[
-        "--rate",
-        "1000",
-        "--steps",
-        "9000",
-        "--json",
-        "--status-ms",
-        "50",
-    ]);
+    // No --steps: the host runs until the test drops it, so however late a viewer starts
+    // on a loaded machine, the steps it is asked for are still ahead of it.
+    let mut host = Host::start(&["--rate", "1000", "--json", "--status-ms", "50"]);
     host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= 100);
-    let (ca, step_a) = spawn_attached(&[
+    // a runs until it is stopped, once b has attached and a has verified past b's attach
+    // step (read from a's own status lines, so the two recordings overlap however the
+    // machine schedules them); b verifies 2 000 steps.
+    let mut ca = spawn_viewer(&[
         "attach",
         &host.addr,
         "--record",
         a.to_str().unwrap(),
-        "--until",
-        "4000",
+        "--json",
     ]);
+    let first: serde_json::Value = serde_json::from_str(&ca.line().expect("attached")).unwrap();
+    assert_eq!(first["event"], "attached", "{first}");
+    let step_a = first["step"].as_u64().unwrap();
     host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= step_a + 200);
     let (cb, step_b) = spawn_attached(&[
         "attach",
         &host.addr,
         "--record",
         b.to_str().unwrap(),
-        "--until",
-        "5000",
+        "--steps",
+        "2000",
     ]);
+    ca.wait_line(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        v["event"] == "status" && v["step"].as_u64().unwrap() >= step_b + 100
+    });
+    ca.signal("INT");
     assert!(step_a >= 100, "late join: attached at step {step_a}");
     assert!(
         step_b > step_a,
@@ -65,28 +69,36 @@ fn late_joiners_record_files_that_verify_and_whose_overlap_agrees() {
     let (code_b, out_b) = rest(cb);
     assert_eq!(code_a, 0, "{out_a}");
     assert_eq!(code_b, 0, "{out_b}");
+    let end: serde_json::Value = serde_json::from_str(out_a.lines().last().unwrap()).unwrap();
+    assert_eq!(end["stop"], "interrupted", "{end}");
+    let end_a = end["step"].as_u64().unwrap();
+    assert_eq!(end["verified"].as_u64().unwrap(), end_a - step_a, "{end}");
+    let end_b = step_b + 2000;
     assert!(
-        out_a.contains(&format!(
-            "ok: verified {} steps (step {step_a} to 4000)",
-            4000 - step_a
+        out_b.contains(&format!(
+            "ok: verified 2000 steps (step {step_b} to {end_b})"
         )),
-        "{out_a}"
+        "{out_b}"
     );
 
-    let rows = default_rows(9000);
+    let rows = default_rows(end_a.max(end_b));
     let (sa, na) = check_recording(&a, &rows);
     let (sb, nb) = check_recording(&b, &rows);
     assert_eq!(
         (sa, sa + na as u64),
-        (step_a, 4000),
-        "a's recording starts at its attach step"
+        (step_a, end_a),
+        "a's recording starts at its attach step and holds every verified step"
     );
-    assert_eq!((sb, sb + nb as u64), (step_b, 5000));
-    // The overlap, compared directly between the two files by step number.
+    assert_eq!((sb, sb + nb as u64), (step_b, end_b));
+    // The overlap (at least 100 steps), compared directly between the two files by step
+    // number.
     let ra = Replay::read_file(&a).unwrap().hashes.unwrap();
     let rb = Replay::read_file(&b).unwrap().hashes.unwrap();
-    let overlap = (sb..=4000).collect::<Vec<_>>();
-    assert!(overlap.len() > 100);
+    let overlap = (sb..=end_a.min(end_b)).collect::<Vec<_>>();
+    assert!(
+        overlap.len() > 100,
+        "b attached at {sb}, a ended at {end_a}"
+    );
     for s in overlap {
         assert_eq!(ra[(s - sa) as usize], rb[(s - sb) as usize], "step {s}");
     }
@@ -103,7 +115,16 @@ fn late_joiners_record_files_that_verify_and_whose_overlap_agrees() {
 fn the_host_ending_mid_stream_leaves_the_recording_valid() {
     let dir = tempfile::tempdir().unwrap();
     let c = dir.path().join("c.ostm");
-    let host = Host::start(&["--rate", "1000", "--steps", "3000", "--status-ms", "0"]);
+    let host = Host::start(&[
+        "--rate",
+        "1000",
+        "--steps",
+        "3000",
+        "--status-ms",
+        "0",
+        "--wait-for-viewers",
+        "1",
+    ]);
     let out = viewer(&["attach", &host.addr, "--record", c.to_str().unwrap()]);
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert!(
@@ -161,8 +182,9 @@ fn a_replay_is_served_with_its_own_hashes_and_the_host_records_it_back() {
     let mut host = Host::start(&[
         "--replay",
         file.to_str().unwrap(),
+        // The replay's 1 000 steps last 10 s: the viewer joins late, before the end.
         "--rate",
-        "500",
+        "100",
         "--json",
         "--status-ms",
         "50",
@@ -302,16 +324,9 @@ fn sigterm_on_a_recording_host_leaves_a_whole_recording() {
 fn a_slow_viewer_is_resynced_and_its_recording_continues_in_numbered_files() {
     let dir = tempfile::tempdir().unwrap();
     let r = dir.path().join("r.ostm");
-    let host = Host::start(&[
-        "--rate",
-        "max",
-        "--steps",
-        "2000000",
-        "--viewer-queue",
-        "8",
-        "--status-ms",
-        "0",
-    ]);
+    // No --steps: the host steps at full speed until the test drops it, so the viewer's
+    // 20 000 steps are ahead of it however late it starts.
+    let host = Host::start(&["--rate", "max", "--viewer-queue", "8", "--status-ms", "0"]);
     let out = viewer(&[
         "attach",
         &host.addr,
@@ -319,7 +334,7 @@ fn a_slow_viewer_is_resynced_and_its_recording_continues_in_numbered_files() {
         r.to_str().unwrap(),
         "--throttle",
         "3000",
-        "--until",
+        "--steps",
         "20000",
         "--json",
     ]);
@@ -354,4 +369,35 @@ fn a_slow_viewer_is_resynced_and_its_recording_continues_in_numbered_files() {
         );
         prev_end = start + n as u64;
     }
+}
+
+/// `--wait-for-viewers 1`: the host takes no step while nobody is attached, then the
+/// viewer attaches at the start step and is sent every step.
+#[test]
+fn a_host_that_waits_for_a_viewer_holds_its_start_step() {
+    let mut host = Host::start(&[
+        "--rate",
+        "max",
+        "--steps",
+        "500",
+        "--wait-for-viewers",
+        "1",
+        "--json",
+        "--status-ms",
+        "20",
+    ]);
+    for _ in 0..5 {
+        let v = host.wait_status(|v| v["event"] == "status");
+        assert_eq!(v["step"], 0, "no step before a viewer attached: {v}");
+    }
+    let out = viewer(&["check", &host.addr, "--steps", "500"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        stdout(&out).starts_with("ok: verified 500 steps (step 0 to 500)"),
+        "{}",
+        stdout(&out)
+    );
+    let (status, last, _) = host.wait();
+    assert!(status.success());
+    assert!(last.contains("\"reason\":\"finished\""), "{last}");
 }
