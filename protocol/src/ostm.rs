@@ -322,7 +322,10 @@ impl Header {
     pub fn read(input: &str, c: &mut Cursor<'_>) -> Result<Header, FormatError> {
         let magic = c.take(4, "magic")?;
         if magic != MAGIC {
-            return Err(c.error_at(0, format!("expected magic \"OSTM\", found {magic:02x?}")));
+            return Err(c.error_at(
+                c.offset() - 4,
+                format!("expected magic \"OSTM\", found {magic:02x?}"),
+            ));
         }
         let at = c.offset();
         let version = c.u16("version")?;

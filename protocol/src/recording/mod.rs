@@ -1,0 +1,234 @@
+//! Writes a replay step by step, crash-safe, holding neither its inputs nor its hash rows
+//! in memory.
+//!
+//! The `.ostm` layout puts the hash rows (one per step) before the inputs, and the step
+//! count before both, so the finished file cannot be written until the session ends. While
+//! it runs, the recorder appends to one **in-progress file**, `FILE.part`
+//! ([`journal`]: the finished file's header and start snapshot, row 0, then one record per
+//! step: input and hash row together). Its header is written and flushed when recording
+//! starts; the caller flushes the rest on its schedule ([`Recorder::flush_due`],
+//! [`FLUSH_EVERY`]). A process killed at any moment leaves a `FILE.part` that
+//! [`journal::assemble`] (`ostm-viewer recover`) turns into a valid `.ostm` holding every
+//! whole step it reached. A clean [`Recorder::finish`] assembles `FILE` from it (written
+//! to `FILE.part.tmp`, synced, renamed over `FILE`, so a finished file is always whole)
+//! and removes `FILE.part`.
+
+pub mod journal;
+
+use crate::link::Link;
+use crate::ostm::{flags_for, write_header, MAX_STEPS};
+use crate::world::{Setup, World};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub use journal::{assemble, journal_path, Assembled, Dropped, JOURNAL_MAGIC};
+
+/// The longest the recorder's buffer may hold written steps before [`Recorder::flush_due`]
+/// hands them to the operating system. The callers (viewer and host) call it on every
+/// step and at least every 250 ms when no step comes, so a step is in the file at most
+/// about 0.5 s after it was recorded.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
+
+/// The recorder's buffer: large enough that flushing is what puts steps in the file.
+const BUFFER_BYTES: usize = 64 * 1024;
+
+/// How a recorder puts its steps on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Durability {
+    /// `fdatasync` the in-progress file at every flush (survives a power loss up to the
+    /// last flush), not only hand it to the operating system (survives a killed process).
+    pub sync: bool,
+    /// Test only (a planted fault): never flush; steps reach the file only when the
+    /// buffer fills.
+    pub no_flush: bool,
+}
+
+/// A replay being recorded: start snapshot, then one input and one hash per step.
+pub struct Recorder {
+    path: PathBuf,
+    journal: PathBuf,
+    setup: Setup,
+    steps: u32,
+    out: BufWriter<File>,
+    durability: Durability,
+    /// Steps written since the last flush.
+    unflushed: bool,
+    last_flush: Option<Instant>,
+}
+
+impl Recorder {
+    /// Starts a recording of a world as it is now, into `path` (in progress in
+    /// `path.part`, which is created or truncated). With `with_start_snapshot` the replay
+    /// holds the world's snapshot (flag bit 1), else it must be at step 0 and the replay
+    /// starts from the setup. The header, start snapshot and row 0 are flushed before it
+    /// returns.
+    ///
+    /// # Errors
+    /// The world cannot start a replay without a snapshot, or the file cannot be written.
+    pub fn create(path: &Path, world: &World, with_start_snapshot: bool) -> io::Result<Recorder> {
+        Recorder::create_with(path, world, with_start_snapshot, Durability::default())
+    }
+
+    /// [`Recorder::create`] with a stated [`Durability`].
+    ///
+    /// # Errors
+    /// As [`Recorder::create`].
+    pub fn create_with(
+        path: &Path,
+        world: &World,
+        with_start_snapshot: bool,
+        durability: Durability,
+    ) -> io::Result<Recorder> {
+        if !with_start_snapshot
+            && (world.step != 0 || *world != World::new(world.setup(), world.link()))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a recording without a start snapshot must start from the setup's world at step 0",
+            ));
+        }
+        let journal = journal_path(path);
+        let file = File::create(&journal)?;
+        let mut r = Recorder {
+            path: path.to_path_buf(),
+            journal,
+            setup: world.setup(),
+            steps: 0,
+            out: BufWriter::with_capacity(BUFFER_BYTES, file),
+            durability,
+            unflushed: true,
+            last_flush: None,
+        };
+        let head = journal::header_bytes(world, with_start_snapshot);
+        r.out.write_all(&head)?;
+        if !durability.no_flush {
+            r.out.flush()?;
+            if durability.sync {
+                r.out.get_ref().sync_all()?;
+            }
+        }
+        r.unflushed = false;
+        Ok(r)
+    }
+
+    /// Steps recorded so far.
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    /// The file being written (once finished).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The in-progress file (`FILE.part`).
+    pub fn journal(&self) -> &Path {
+        &self.journal
+    }
+
+    /// The setup of the world recorded.
+    pub fn setup(&self) -> Setup {
+        self.setup
+    }
+
+    /// Records one step: its input bytes and the world hash after it (in the buffer until
+    /// the next flush).
+    ///
+    /// # Errors
+    /// The replay is full, the input too long, or a write fails.
+    pub fn push(&mut self, input: &[u8], hash_after: u64) -> io::Result<()> {
+        if self.steps >= MAX_STEPS {
+            return Err(io::Error::other("a replay holds at most 16 777 216 steps"));
+        }
+        let len = u16::try_from(input.len())
+            .map_err(|_| io::Error::other("step input longer than 65535 bytes"))?;
+        self.out.write_all(&len.to_le_bytes())?;
+        self.out.write_all(input)?;
+        self.out.write_all(&hash_after.to_le_bytes())?;
+        self.steps += 1;
+        self.unflushed = true;
+        Ok(())
+    }
+
+    /// Hands every buffered step to the operating system (and syncs it with
+    /// [`Durability::sync`]).
+    ///
+    /// # Errors
+    /// A write or sync fails.
+    pub fn flush(&mut self, now: Instant) -> io::Result<()> {
+        self.last_flush = Some(now);
+        if !self.unflushed || self.durability.no_flush {
+            return Ok(());
+        }
+        self.out.flush()?;
+        if self.durability.sync {
+            self.out.get_ref().sync_data()?;
+        }
+        self.unflushed = false;
+        Ok(())
+    }
+
+    /// Flushes when [`FLUSH_EVERY`] has passed since the last flush; `now` is the
+    /// caller's clock. Returns whether it flushed.
+    ///
+    /// # Errors
+    /// A write or sync fails.
+    pub fn flush_due(&mut self, now: Instant) -> io::Result<bool> {
+        let due = self
+            .last_flush
+            .is_none_or(|t| now.saturating_duration_since(t) >= FLUSH_EVERY);
+        if due {
+            self.flush(now)?;
+        }
+        Ok(due)
+    }
+
+    /// Writes the whole replay, removes the in-progress file; returns the step count.
+    ///
+    /// # Errors
+    /// A write fails (the in-progress file is then left as it is, for `recover`).
+    pub fn finish(mut self) -> io::Result<u32> {
+        self.out.flush()?;
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        drop(file);
+        let done = assemble(&self.journal, &self.path, false)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        if done.steps != self.steps || done.dropped.is_some() {
+            return Err(io::Error::other(format!(
+                "{}: the in-progress file holds {} whole steps, {} were recorded",
+                self.journal.display(),
+                done.steps,
+                self.steps
+            )));
+        }
+        std::fs::remove_file(&self.journal)?;
+        Ok(self.steps)
+    }
+}
+
+/// The flags word of a recording: hash rows, and a start snapshot and link as the world has.
+fn recording_flags(with_start_snapshot: bool, link: Option<Link>) -> u16 {
+    flags_for(true, with_start_snapshot, link.is_some())
+}
+
+/// The finished file's header as a recording of `world` starts it (step count 0, the
+/// start snapshot when asked for).
+fn ostm_header(world: &World, with_start_snapshot: bool) -> Vec<u8> {
+    let link = world.link();
+    let mut head = Vec::new();
+    write_header(
+        &mut head,
+        &world.setup(),
+        link,
+        0,
+        recording_flags(with_start_snapshot, link),
+    );
+    if with_start_snapshot {
+        let s = world.snapshot();
+        head.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        head.extend_from_slice(&s);
+    }
+    head
+}

@@ -1,0 +1,203 @@
+//! The crash-safe recorder: what a killed process leaves in `FILE.part` is assembled into
+//! a valid replay holding every whole step; a cut anywhere in a record drops that record
+//! alone and says where; a clean finish writes exactly the bytes `Replay::to_bytes`
+//! writes. A planted fault (flushing switched off) loses what the flushes would have kept.
+
+use ostm_protocol::recording::journal::AssembleError;
+use ostm_protocol::recording::{assemble, journal_path, Durability, Recorder};
+use ostm_protocol::{Replay, Verdict};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+fn read(name: &str) -> Replay {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata")
+        .join(name);
+    Replay::read_file(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Records `r`'s first `n` steps from its start world (with a start snapshot when it has
+/// one), flushing after each, and returns the recorder unfinished.
+fn record(r: &Replay, path: &Path, n: usize, d: Durability) -> Recorder {
+    let start = r.start_world();
+    let mut rec = Recorder::create_with(path, &start, r.start.is_some(), d).unwrap();
+    let rows = r.hashes.as_ref().unwrap();
+    for i in 0..n {
+        rec.push(r.inputs.get(i), rows[i + 1]).unwrap();
+        rec.flush(Instant::now()).unwrap();
+    }
+    rec
+}
+
+/// `r` cut to its first `n` steps.
+fn prefix(r: &Replay, n: usize) -> Replay {
+    let mut p = Replay::new(r.setup, r.link);
+    p.start = r.start.clone();
+    for i in 0..n {
+        p.inputs.push(r.inputs.get(i)).unwrap();
+    }
+    p.hashes = Some(r.hashes.as_ref().unwrap()[..=n].to_vec());
+    p
+}
+
+#[test]
+fn a_clean_finish_writes_the_same_bytes_as_the_replay_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "test-2d-600.ostm",
+        "test-start-snapshot.ostm",
+        "test-link-left.ostm",
+    ] {
+        let r = read(name);
+        let out = dir.path().join(name);
+        let rec = record(&r, &out, r.step_count(), Durability::default());
+        assert!(journal_path(&out).exists());
+        assert_eq!(rec.finish().unwrap() as usize, r.step_count());
+        assert!(
+            !journal_path(&out).exists(),
+            "the in-progress file is removed"
+        );
+        assert_eq!(std::fs::read(&out).unwrap(), r.to_bytes(), "{name}");
+    }
+}
+
+#[test]
+fn a_killed_recording_is_recovered_to_every_flushed_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = read("test-start-snapshot.ostm");
+    let out = dir.path().join("k.ostm");
+    let rec = record(&r, &out, 400, Durability::default());
+    // A killed process runs no destructor: nothing more reaches the file.
+    std::mem::forget(rec);
+    let got = assemble(&journal_path(&out), &out, true).unwrap();
+    assert_eq!((got.start_step, got.steps), (r.start_step(), 400));
+    assert_eq!(got.dropped, None);
+    let back = Replay::read_file(&out).unwrap();
+    assert_eq!(back, prefix(&r, 400));
+    assert!(matches!(back.verify(|_| {}), Verdict::Match { .. }));
+}
+
+/// Every cut inside the last records: the longest whole prefix is kept, the torn record
+/// is reported at its first byte.
+#[test]
+fn a_cut_anywhere_keeps_the_longest_whole_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = read("test-2d-600.ostm");
+    let out = dir.path().join("c.ostm");
+    std::mem::forget(record(&r, &out, 30, Durability::default()));
+    let whole = std::fs::read(journal_path(&out)).unwrap();
+    // Record boundaries: after the header, each record is 2 + n + 8 bytes.
+    let mut ends = vec![whole.len()];
+    let mut end = whole.len();
+    for i in (0..30).rev() {
+        end -= 2 + r.inputs.get(i).len() + 8;
+        ends.push(end);
+    }
+    ends.reverse();
+    let header_end = ends[0];
+    for cut in header_end..whole.len() {
+        let j = dir.path().join("cut.ostm.part");
+        std::fs::write(&j, &whole[..cut]).unwrap();
+        let o = dir.path().join("cut.ostm");
+        let got = assemble(&j, &o, true).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+        let kept = ends.iter().rposition(|&e| e <= cut).unwrap();
+        assert_eq!(got.steps as usize, kept, "cut at {cut}");
+        match &got.dropped {
+            None => assert_eq!(cut, ends[kept], "nothing dropped only at a boundary"),
+            Some(d) => {
+                assert_eq!(d.offset as usize, ends[kept], "cut at {cut}");
+                assert_eq!(d.bytes as usize, cut - ends[kept]);
+                assert!(d.why.starts_with("a torn last record"), "{}", d.why);
+            }
+        }
+        assert_eq!(Replay::read_file(&o).unwrap(), prefix(&r, kept));
+    }
+}
+
+#[test]
+fn a_cut_header_recovers_nothing_and_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = read("test-start-snapshot.ostm");
+    let out = dir.path().join("h.ostm");
+    std::mem::forget(record(&r, &out, 3, Durability::default()));
+    let whole = std::fs::read(journal_path(&out)).unwrap();
+    let j = dir.path().join("h2.ostm.part");
+    for (cut, offset, text) in [
+        (0, 0, "expected 8-byte magic, found 0 bytes"),
+        (5, 0, "expected 8-byte magic, found 5 bytes"),
+        (8, 8, "expected 4-byte magic, found 0 bytes"),
+        // 8 + 18: the step count; 8 + 22: the snapshot length; 8 + 26: the snapshot.
+        (
+            8 + 24,
+            8 + 22,
+            "expected 4-byte start snapshot length, found 2 bytes",
+        ),
+        (8 + 40, 8 + 26, "-byte start snapshot, found 14 bytes"),
+    ] {
+        std::fs::write(&j, &whole[..cut]).unwrap();
+        match assemble(&j, &dir.path().join("h2.ostm"), true) {
+            Err(AssembleError::Input(e)) => {
+                assert_eq!(e.offset, offset, "cut {cut}: {e}");
+                assert!(e.message.contains(text), "cut {cut}: {e}");
+            }
+            other => panic!("cut {cut}: {other:?}"),
+        }
+    }
+    let mut bad = whole.clone();
+    bad[0] = b'X';
+    std::fs::write(&j, &bad).unwrap();
+    let e = assemble(&j, &dir.path().join("h2.ostm"), true).unwrap_err();
+    assert!(e.to_string().contains("expected magic \"OSTMPART\""), "{e}");
+}
+
+#[test]
+fn a_row_the_replay_does_not_reproduce_ends_what_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = read("test-2d-600.ostm");
+    let out = dir.path().join("v.ostm");
+    let mut rec = Recorder::create(&out, &r.start_world(), false).unwrap();
+    let rows = r.hashes.as_ref().unwrap();
+    for i in 0..20 {
+        let row = if i == 12 {
+            rows[i + 1] ^ 1
+        } else {
+            rows[i + 1]
+        };
+        rec.push(r.inputs.get(i), row).unwrap();
+    }
+    rec.flush(Instant::now()).unwrap();
+    std::mem::forget(rec);
+    let got = assemble(&journal_path(&out), &out, true).unwrap();
+    assert_eq!(got.steps, 12);
+    let d = got.dropped.unwrap();
+    assert!(d.why.contains("the hash row of step 13"), "{}", d.why);
+    // Without verification the row is kept as it was written.
+    let got = assemble(&journal_path(&out), &out, false).unwrap();
+    assert_eq!((got.steps, got.dropped), (20, None));
+}
+
+/// The planted fault: with flushing switched off, a killed recording keeps nothing past
+/// its header (the steps were still in the buffer), so the tests above can fail.
+#[test]
+fn without_flushing_a_killed_recording_loses_its_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = read("test-start-snapshot.ostm");
+    let out = dir.path().join("f.ostm");
+    let d = Durability {
+        sync: false,
+        no_flush: true,
+    };
+    std::mem::forget(record(&r, &out, 400, d));
+    match assemble(&journal_path(&out), &out, true) {
+        Err(AssembleError::Input(e)) => assert_eq!(e.offset, 0, "{e}"),
+        Ok(a) => assert!(a.steps < 400, "{a:?}"),
+        Err(e) => panic!("{e}"),
+    }
+    // And with sync at every flush, everything is kept as without it.
+    let d = Durability {
+        sync: true,
+        no_flush: false,
+    };
+    std::mem::forget(record(&r, &out, 50, d));
+    assert_eq!(assemble(&journal_path(&out), &out, true).unwrap().steps, 50);
+}
