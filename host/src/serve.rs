@@ -6,6 +6,7 @@ use crate::conn::{self, ConnConfig};
 use crate::hub::{Hub, Limits};
 use crate::source::{Source, DEFAULT_SETUP};
 use crate::stepper::{self, Plan};
+use ostm_protocol::recording::{check_target, RecordArgs};
 use ostm_protocol::wire::{
     End, EndReason, PeerRole, Welcome, DEFAULT_PORT, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
 };
@@ -98,10 +99,10 @@ pub struct Args {
     /// keyframe's tick; without, the scenario of the keyframe's seed does.
     #[arg(long, conflicts_with_all = ["dims", "bodies", "seed"])]
     pub from_keyframe: Option<PathBuf>,
-    /// Record the host's own session to this `.ostm` file (hash rows; the start snapshot
-    /// when the world did not start at step 0).
-    #[arg(long)]
-    pub record: Option<PathBuf>,
+    /// Record the host's own session (--record FILE: hash rows; the start snapshot when
+    /// the world did not start at step 0).
+    #[command(flatten)]
+    pub recording: RecordArgs,
     /// Shared secret viewers must send (required on a non-loopback address). Never logged.
     #[arg(long)]
     pub token: Option<String>,
@@ -224,6 +225,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
             args.listen
         ));
     }
+    if let Some(path) = &args.recording.record {
+        check_target(path, args.recording.force)?;
+    }
     let source = match (&args.from_keyframe, &args.replay) {
         (Some(k), replay) => Source::from_keyframe(k, replay.as_deref())?,
         (None, Some(path)) => Source::replay(path).map_err(|e| e.to_string())?,
@@ -284,7 +288,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         rate,
         steps: args.steps,
         perturb: args.perturb,
-        record: args.record.clone(),
+        record: args.recording.record.clone(),
+        durability: args.recording.durability(),
         wait_for_viewers: args.wait_for_viewers,
         stamps: args.stamps.clone(),
     };

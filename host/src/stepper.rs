@@ -3,7 +3,7 @@
 
 use crate::hub::Hub;
 use crate::source::Source;
-use ostm_protocol::recording::Recorder;
+use ostm_protocol::recording::{Durability, Recorder};
 use ostm_protocol::wire::{End, EndReason, HostCodec, Record, ToViewer};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,6 +23,8 @@ pub struct Plan {
     pub perturb: Option<(u64, u8)>,
     /// Record the host's own session here.
     pub record: Option<PathBuf>,
+    /// How that recording reaches the disk.
+    pub durability: Durability,
     /// Take no step until this many viewers have attached (0: start at once).
     pub wait_for_viewers: u64,
     /// Benchmark only: append `step unix-nanoseconds` for every step whose resulting world
@@ -36,6 +38,15 @@ pub const STAMP_EVERY: u64 = 64;
 /// Longest single sleep, so a stop request is seen quickly even at a slow rate.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 
+/// Flushes the host's recording when a flush is due (docs/replay-format.md, "The
+/// in-progress file": at least every 250 ms while the host runs, also when it waits).
+fn flush_due(recorder: &mut Option<Recorder>) -> Result<(), String> {
+    match recorder.as_mut().map(|r| r.flush_due(Instant::now())) {
+        Some(Err(e)) => Err(format!("cannot write the recording: {e}")),
+        _ => Ok(()),
+    }
+}
+
 /// Runs until the plan is done, the replay runs out, or `cancel` fires; then ends the
 /// hub's stream with the reason. Returns how the stream ended.
 pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationToken) -> End {
@@ -45,7 +56,12 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
         host_step: step,
     };
     let mut recorder = match &plan.record {
-        Some(path) => match Recorder::create(path, source.world(), source.needs_start_snapshot()) {
+        Some(path) => match Recorder::create_with(
+            path,
+            source.world(),
+            source.needs_start_snapshot(),
+            plan.durability,
+        ) {
             Ok(r) => Some(r),
             Err(e) => {
                 let e = end(
@@ -77,6 +93,11 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
         && !cancel.is_cancelled()
     {
         std::thread::sleep(Duration::from_millis(5));
+        if let Err(e) = flush_due(&mut recorder) {
+            let e = end(EndReason::HostError, e, source.world().step);
+            hub.end(e.clone());
+            return e;
+        }
     }
     let started = Instant::now();
     let mut done: u64 = 0;
@@ -101,6 +122,8 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
             while now < due && !cancel.is_cancelled() {
                 std::thread::sleep((due - now).min(SLEEP_SLICE));
                 now = Instant::now();
+                // A failing disk is reported by the next step's own flush.
+                let _ = flush_due(&mut recorder);
             }
             if cancel.is_cancelled() {
                 continue;
@@ -164,6 +187,13 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
                 break end(
                     EndReason::HostError,
                     format!("cannot record step {step}: {e}"),
+                    step + 1,
+                );
+            }
+            if let Err(e) = r.flush_due(Instant::now()) {
+                break end(
+                    EndReason::HostError,
+                    format!("cannot write the recording: {e}"),
                     step + 1,
                 );
             }

@@ -21,6 +21,7 @@ use std::process::ExitCode;
   ostm-viewer inspect testdata/test-10000.ostm
   ostm-viewer verify testdata/test-10000.ostm --json
   ostm-viewer attach 127.0.0.1:7878 --record session.ostm
+  ostm-viewer recover session.ostm.part
   ostm-viewer check 127.0.0.1:7878 --steps 600
   ostm-viewer render testdata/test-field-2d.ostm --step 300 -o frame.png
   ostm-viewer follow testdata/test-link-left.ostm testdata/test-link-right.ostm --body 3")]
@@ -53,6 +54,8 @@ enum Command {
     Trace(cmd::trace::Args),
     /// Find where two traces or replays first differ (exit 0 same, 1 different, 2 bad input).
     FirstDifference(cmd::first_difference::Args),
+    /// Turn what a killed recording left (FILE.part) into a valid .ostm replay.
+    Recover(cmd::recover::Args),
     /// Reproduce the failure a bundle holds and print the first difference.
     Replay(cmd::replay::Args),
     /// Export the world at a step as a molen/keyframe@1 JSON keyframe.
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Command::Compare(a) => cmd::compare::run(a),
         Command::Trace(a) => cmd::trace::run(a),
         Command::FirstDifference(a) => cmd::first_difference::run(a),
+        Command::Recover(a) => cmd::recover::run(a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Keyframe(a) => cmd::keyframe::run(a),
         Command::Index(a) => cmd::index::run(a),

@@ -318,8 +318,9 @@ fn sigterm_on_a_recording_host_leaves_a_whole_recording() {
     assert_eq!(rec.hashes.as_deref(), Some(&default_rows(steps)[..]));
 }
 
-/// A viewer far slower than the host is resynced, not failed; its recording closes at
-/// each gap and continues in a numbered file, and every file verifies on its own.
+/// A viewer that reads far slower than the host sends (the hidden `--throttle-read`) is
+/// resynced, not failed; its recording closes at each gap and continues in a numbered
+/// file, and every file verifies on its own.
 #[test]
 fn a_slow_viewer_is_resynced_and_its_recording_continues_in_numbered_files() {
     let dir = tempfile::tempdir().unwrap();
@@ -332,7 +333,7 @@ fn a_slow_viewer_is_resynced_and_its_recording_continues_in_numbered_files() {
         &host.addr,
         "--record",
         r.to_str().unwrap(),
-        "--throttle",
+        "--throttle-read",
         "3000",
         "--steps",
         "20000",
@@ -348,7 +349,7 @@ fn a_slow_viewer_is_resynced_and_its_recording_continues_in_numbered_files() {
     let resyncs = lines.iter().filter(|l| l["event"] == "resync").count();
     assert!(
         resyncs >= 1,
-        "a viewer 3000 steps/s behind a host at full speed is resynced"
+        "a viewer reading 3000 records/s behind a host at full speed is resynced"
     );
     assert_eq!(files.len(), resyncs + 1, "one file per unbroken run");
     let last_step = files

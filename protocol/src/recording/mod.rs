@@ -25,6 +25,11 @@ use std::time::{Duration, Instant};
 
 pub use journal::{assemble, journal_path, Assembled, Dropped, JOURNAL_MAGIC};
 
+#[cfg(feature = "cli")]
+mod cli;
+#[cfg(feature = "cli")]
+pub use cli::RecordArgs;
+
 /// The longest the recorder's buffer may hold written steps before [`Recorder::flush_due`]
 /// hands them to the operating system. The callers (viewer and host) call it on every
 /// step and at least every 250 ms when no step comes, so a step is in the file at most
@@ -231,4 +236,151 @@ fn ostm_header(world: &World, with_start_snapshot: bool) -> Vec<u8> {
         head.extend_from_slice(&s);
     }
     head
+}
+
+/// The path of the `n`-th file of a recording (0 is the base path itself):
+/// `dir/session.ostm` gives `dir/session.1.ostm`; a name without extension gets `.1`.
+pub fn numbered(base: &Path, n: u32) -> PathBuf {
+    if n == 0 {
+        return base.to_path_buf();
+    }
+    let stem = base
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match base.extension() {
+        Some(ext) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{n}"),
+    };
+    base.with_file_name(name)
+}
+
+/// Checks, before anything is recorded, that a recording can be written to `base`: not a
+/// directory, in a directory that exists and can be written (a file is created there and
+/// removed), and, unless `force`, that neither `base` nor its in-progress file nor any
+/// numbered file of it (`base.1.ostm`, … and their `.part`) exists yet.
+///
+/// # Errors
+/// What is in the way, as a sentence naming the path.
+pub fn check_target(base: &Path, force: bool) -> Result<(), String> {
+    let shown = base.display();
+    if base.as_os_str().is_empty() {
+        return Err("the recording path is empty".into());
+    }
+    if base.is_dir() {
+        return Err(format!("{shown} is a directory; name a file to record to"));
+    }
+    let dir = match base.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "cannot record to {shown}: the directory {} does not exist",
+            dir.display()
+        ));
+    }
+    if !force {
+        let journal = journal_path(base);
+        if journal.exists() {
+            return Err(format!(
+                "{} exists: an unfinished recording (`ostm-viewer recover {}` turns it into {shown}); --force overwrites it",
+                journal.display(),
+                journal.display()
+            ));
+        }
+        if base.exists() {
+            return Err(format!("{shown} exists; --force overwrites it"));
+        }
+        if let Some(n) = existing_numbered(base, &dir) {
+            return Err(format!(
+                "{} exists (a numbered file of an earlier recording to {shown}); --force overwrites it",
+                n.display()
+            ));
+        }
+    }
+    // Writable: create the in-progress file's name now and remove it again (an existing
+    // one is kept when it is not ours to remove: with --force it is truncated later).
+    let probe = suffixed_probe(base);
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(format!("cannot record to {shown}: {e}")),
+    }
+}
+
+/// A file name beside `base` that no recording uses, to test that the directory is writable.
+fn suffixed_probe(base: &Path) -> PathBuf {
+    let mut s = base.as_os_str().to_owned();
+    s.push(format!(".probe-{}", std::process::id()));
+    PathBuf::from(s)
+}
+
+/// A numbered file of `base` (or its in-progress file) that exists in `dir`.
+fn existing_numbered(base: &Path, dir: &Path) -> Option<PathBuf> {
+    let stem = base.file_stem()?.to_string_lossy().into_owned();
+    let ext = base.extension().map(|e| e.to_string_lossy().into_owned());
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let name = name.strip_suffix(".part").unwrap_or(&name);
+        let Some(rest) = name.strip_prefix(&format!("{stem}.")) else {
+            continue;
+        };
+        let number = match &ext {
+            Some(ext) => rest.strip_suffix(&format!(".{ext}")),
+            None => Some(rest),
+        };
+        if number.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+            return Some(entry.path());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_target, numbered};
+    use std::path::Path;
+
+    #[test]
+    fn numbered_files_keep_the_extension() {
+        assert_eq!(numbered(Path::new("d/s.ostm"), 0), Path::new("d/s.ostm"));
+        assert_eq!(numbered(Path::new("d/s.ostm"), 2), Path::new("d/s.2.ostm"));
+        assert_eq!(numbered(Path::new("s"), 1), Path::new("s.1"));
+    }
+
+    #[test]
+    fn targets_are_checked_before_recording() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let base = d.join("s.ostm");
+        assert_eq!(check_target(&base, false), Ok(()));
+        assert_eq!(
+            std::fs::read_dir(d).unwrap().count(),
+            0,
+            "nothing left behind"
+        );
+        let e = check_target(d, false).unwrap_err();
+        assert!(e.contains("is a directory"), "{e}");
+        let e = check_target(&d.join("no/such/s.ostm"), false).unwrap_err();
+        assert!(e.contains("does not exist"), "{e}");
+        for existing in ["s.ostm", "s.ostm.part", "s.3.ostm", "s.2.ostm.part"] {
+            let p = d.join(existing);
+            std::fs::write(&p, b"x").unwrap();
+            let e = check_target(&base, false).unwrap_err();
+            assert!(e.contains(existing) && e.contains("--force"), "{e}");
+            assert_eq!(check_target(&base, true), Ok(()), "{existing}");
+            std::fs::remove_file(&p).unwrap();
+        }
+        // Other files beside it are not in the way.
+        std::fs::write(d.join("s.x.ostm"), b"x").unwrap();
+        std::fs::write(d.join("other.ostm"), b"x").unwrap();
+        assert_eq!(check_target(&base, false), Ok(()));
+    }
 }

@@ -8,9 +8,10 @@ use crate::exit::Exit;
 use crate::live::drift::{default_bundle_path, write_bundle};
 use crate::live::session::{self, Event, Options, Outcome, Status, Stop};
 use ostm_protocol::fields::{density_decimal, Fields};
+use ostm_protocol::recording::RecordArgs;
 use ostm_protocol::World;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Arguments of `attach`.
@@ -54,9 +55,21 @@ pub struct Args {
     /// Stop once the viewer's world reaches this step.
     #[arg(long)]
     pub until: Option<u64>,
-    /// Record the session to this .ostm file (start snapshot and hash rows).
+    #[command(flatten)]
+    pub recording: RecordArgs,
+    /// Keep going across a lost connection or a restarted host: reconnect (waits 0.25 s,
+    /// doubling to at most 5 s between attempts), join at the host's step, continue in
+    /// the next numbered file; each gap is reported.
     #[arg(long)]
-    pub record: Option<PathBuf>,
+    pub reconnect: bool,
+    /// With --reconnect: give up after this many seconds without a connection.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 300,
+        requires = "reconnect"
+    )]
+    pub reconnect_for: u64,
     /// The host's shared secret, if it requires one.
     #[arg(long)]
     pub token: Option<String>,
@@ -74,22 +87,12 @@ pub struct Args {
     pub fields_at: Vec<u64>,
     #[command(flatten)]
     pub bundle: BundleArgs,
-    /// Test only: verify at most this many steps per second (with a small receive buffer).
+    /// Test only: verify at most this many steps per second.
     #[arg(long, hide = true)]
     pub throttle: Option<u32>,
-}
-
-/// Resolves on Ctrl-C (SIGINT) or SIGTERM: the session stops cleanly and finishes `--record`.
-pub async fn ctrl_c() {
-    ostm_protocol::signal::stop_signal().await
-}
-
-/// A current-thread runtime for one session.
-pub fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| crate::exit::fail(format!("cannot start the runtime: {e}")))
+    /// Test only: read at most this many records per second, with a small receive buffer.
+    #[arg(long, hide = true)]
+    pub throttle_read: Option<u32>,
 }
 
 fn out(line: &str) {
@@ -109,6 +112,12 @@ fn status_line(s: &Status) -> String {
     if s.resyncs > 0 {
         line.push_str(&format!(" | resyncs {}", s.resyncs));
     }
+    if s.gaps > 0 {
+        line.push_str(&format!(" | gaps {}", s.gaps));
+    }
+    if s.backlog > 0 {
+        line.push_str(&format!(" | backlog {}", s.backlog));
+    }
     if let Some((density, occupancy)) = s.fields {
         line.push_str(&format!(
             " | density max {} | occupancy max {occupancy}",
@@ -120,7 +129,7 @@ fn status_line(s: &Status) -> String {
 
 fn status_json(s: &Status) -> serde_json::Value {
     let mut obj = serde_json::json!({"event": "status", "host_step": s.host_step, "step": s.step, "verified": s.verified,
-        "lag": s.lag(), "rate": (s.rate * 10.0).round() / 10.0, "resyncs": s.resyncs});
+        "lag": s.lag(), "rate": (s.rate * 10.0).round() / 10.0, "resyncs": s.resyncs, "gaps": s.gaps, "backlog": s.backlog});
     if let Some((density, occupancy)) = s.fields {
         obj["density_max"] = density.into();
         obj["occupancy_max"] = occupancy.into();
@@ -211,17 +220,19 @@ fn print_fields(json: bool, addr: &str, world: &World, f: &Fields) {
 
 /// Runs `attach`.
 pub fn run(args: Args) -> Exit {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => return e,
-    };
     let opts = Options {
         addr: args.addr.clone(),
         token: args.token.clone(),
         steps: args.steps,
         until: args.until,
-        record: args.record.clone(),
+        record: args.recording.record.clone(),
+        force: args.recording.force,
+        durability: args.recording.durability(),
+        reconnect: args
+            .reconnect
+            .then(|| Duration::from_secs(args.reconnect_for)),
         throttle: args.throttle,
+        throttle_read: args.throttle_read,
         fields: args.fields,
         fields_at: args.fields_at.iter().copied().collect(),
     };
@@ -229,60 +240,78 @@ pub fn run(args: Args) -> Exit {
     let terminal = !json && std::io::stderr().is_terminal();
     let mut last_plain = Instant::now();
     let mut resyncs = ResyncLines::default();
-    let outcome = rt.block_on(session::run(
-        &opts,
-        |ev| match ev {
-            Event::Attached { welcome, world } => {
-                let s = world.setup();
-                let link = world.link().map(|l| link_info(&l));
-                if json {
-                    out(&serde_json::json!({"event": "attached", "addr": opts.addr, "step": world.step, "dims": s.dims as u8,
+    let outcome = session::run(&opts, |ev| match ev {
+        Event::Attached { welcome, world } => {
+            let s = world.setup();
+            let link = world.link().map(|l| link_info(&l));
+            if json {
+                out(&serde_json::json!({"event": "attached", "addr": opts.addr, "step": world.step, "dims": s.dims as u8,
                         "slots": world.bodies.len(), "alive": world.alive_count(), "seed": s.seed, "host_rate": welcome.rate,
                         "link": link}).to_string());
+            } else {
+                let rate = if welcome.rate == 0 {
+                    "as fast as it can".to_string()
                 } else {
-                    let rate = if welcome.rate == 0 { "as fast as it can".to_string() } else { format!("{}/s", welcome.rate) };
-                    out(&format!("attached to {} at step {} ({}D, seed {}, {} live bodies in {} slots; host rate {rate})", opts.addr, world.step, s.dims as u8, s.seed, world.alive_count(), world.bodies.len()));
-                    if let Some(l) = link {
-                        out(&format!("link: {}", l.describe()));
-                    }
+                    format!("{}/s", welcome.rate)
+                };
+                out(&format!("attached to {} at step {} ({}D, seed {}, {} live bodies in {} slots; host rate {rate})", opts.addr, world.step, s.dims as u8, s.seed, world.alive_count(), world.bodies.len()));
+                if let Some(l) = link {
+                    out(&format!("link: {}", l.describe()));
                 }
             }
-            Event::Fields { world, fields } => {
+        }
+        Event::Fields { world, fields } => {
+            if terminal {
+                eprint!("\r\x1b[2K");
+            }
+            print_fields(json, &opts.addr, world, fields);
+        }
+        Event::Resync { from, to, file } => {
+            if json {
+                out(&serde_json::json!({"event": "resync", "from": from, "to": to, "file": file.map(|f| f.display().to_string())}).to_string());
+            } else if let Some(line) =
+                resyncs.note(Instant::now(), from, to, file.map(|f| f.as_path()))
+            {
                 if terminal {
                     eprint!("\r\x1b[2K");
                 }
-                print_fields(json, &opts.addr, world, fields);
+                out(&line);
             }
-            Event::Resync { from, to, file } => {
+        }
+        Event::Reconnected { gap, file } => {
+            if terminal {
+                eprint!("\r\x1b[2K");
+            }
+            if json {
+                out(&serde_json::json!({"event": "gap", "from": gap.from, "to": gap.to, "steps": gap.to.saturating_sub(gap.from), "why": gap.why, "file": file.map(|f| f.display().to_string())}).to_string());
+            } else {
+                let cont = file
+                    .map(|f| format!("; recording continues in {}", f.display()))
+                    .unwrap_or_default();
+                out(&format!(
+                    "gap: {}; reconnected at step {} (steps {}..{} not seen){cont}",
+                    gap.why, gap.to, gap.from, gap.to
+                ));
+            }
+        }
+        Event::Status(s) => {
+            if terminal {
+                eprint!("\r\x1b[2K{}", status_line(&s));
+            } else if last_plain.elapsed() >= Duration::from_secs(1) {
+                last_plain = Instant::now();
                 if json {
-                    out(&serde_json::json!({"event": "resync", "from": from, "to": to, "file": file.map(|f| f.display().to_string())}).to_string());
-                } else if let Some(line) = resyncs.note(Instant::now(), from, to, file.map(|f| f.as_path())) {
-                    if terminal {
-                        eprint!("\r\x1b[2K");
-                    }
-                    out(&line);
+                    out(&status_json(&s).to_string());
+                } else {
+                    out(&status_line(&s));
                 }
             }
-            Event::Status(s) => {
-                if terminal {
-                    eprint!("\r\x1b[2K{}", status_line(&s));
-                } else if last_plain.elapsed() >= Duration::from_secs(1) {
-                    last_plain = Instant::now();
-                    if json {
-                        out(&status_json(&s).to_string());
-                    } else {
-                        out(&status_line(&s));
-                    }
-                }
-            }
-        },
-        ctrl_c(),
-    ));
+        }
+    });
     if terminal {
         eprintln!();
     }
     let (exit, plain, obj) = verdict(&outcome);
-    let bundle = drift_bundle(&outcome, &args.bundle, args.record.as_deref());
+    let bundle = drift_bundle(&outcome, &args.bundle, args.recording.record.as_deref());
     if json {
         let mut obj = obj;
         obj["event"] = "end".into();
@@ -382,6 +411,9 @@ pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
         "step": o.step,
         "verified": o.verified,
         "resyncs": o.resyncs,
+        "gaps": o.gaps.iter().map(|g| serde_json::json!({"from": g.from, "to": g.to, "steps": g.to.saturating_sub(g.from), "why": g.why})).collect::<Vec<_>>(),
+        "backlog_peak": o.backlog_peak.records,
+        "backlog_peak_on_disk": o.backlog_peak.on_disk,
         "files": o.files.iter().map(|w| serde_json::json!({"path": w.path.display().to_string(), "steps": w.steps, "start_step": w.start_step})).collect::<Vec<_>>(),
         "drift": match &o.stop { Stop::Drift(r) => r.to_json(), _ => serde_json::Value::Null },
         "host_step": o.host_step,

@@ -1,7 +1,7 @@
 //! `ostm-viewer check ADDR --steps N`: attach, verify N steps, print a one-line verdict.
 //! The command a monitoring script runs.
 
-use crate::cmd::attach::{ctrl_c, drift_bundle, runtime, verdict};
+use crate::cmd::attach::{drift_bundle, verdict};
 use crate::cmd::verify::{add_bundle_json, written_line, BundleArgs};
 use crate::exit::Exit;
 use crate::live::session::{self, Options, Stop};
@@ -47,17 +47,13 @@ pub struct Args {
 
 /// Runs `check`.
 pub fn run(args: Args) -> Exit {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => return e,
-    };
     let opts = Options {
         addr: args.addr.clone(),
         token: args.token.clone(),
         steps: Some(args.steps),
         ..Options::default()
     };
-    let outcome = rt.block_on(session::run(&opts, |_| {}, ctrl_c()));
+    let outcome = session::run(&opts, |_| {});
     let (mut exit, line, mut obj) = verdict(&outcome);
     let mut line = line.replace('\n', "; ");
     if exit == Exit::Ok

@@ -10,6 +10,7 @@ pub mod ghost;
 pub mod index;
 pub mod inspect;
 pub mod keyframe;
+pub mod recover;
 pub mod render;
 pub mod replay;
 pub mod seek;

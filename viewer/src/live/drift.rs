@@ -29,6 +29,8 @@ pub struct Evidence {
     pub input: Vec<u8>,
     /// The host's answer to the drift request, if one came.
     pub reply: Option<DriftReply>,
+    /// Why no request could be answered, when the session knows (the host has gone).
+    pub no_reply: Option<String>,
 }
 
 /// Where the four stages first part, according to the host's recomputation.
@@ -91,7 +93,11 @@ pub fn on_drift(e: &Evidence) -> DriftReport {
             None
         }
         (None, None) => {
-            note = Some("the host did not answer the drift request".into());
+            note = Some(
+                e.no_reply
+                    .clone()
+                    .unwrap_or_else(|| "the host did not answer the drift request".into()),
+            );
             None
         }
     };
@@ -286,6 +292,7 @@ mod tests {
             viewer_before: before,
             viewer_after: after,
             input,
+            no_reply: None,
         }
     }
 

@@ -1,10 +1,15 @@
 //! The live side of the viewer: attaching to a host, verifying its records by step
 //! number, recording, and explaining drift.
 //!
-//! - [`session`]: the connection, the handshake, and the verify loop.
+//! - [`network`]: the reader: connection, handshake, reading into the spool, heartbeats,
+//!   reconnection.
+//! - [`spool`]: the queue between reader and verifier, spilling to disk.
+//! - [`session`]: the verifier, fed by the spool: verify, record, report.
 //! - [`drift`]: the drift report (the one place drift is handled).
 //! - [`record`]: a recording that continues in a new numbered file across a resync.
 
 pub mod drift;
+pub mod network;
 pub mod record;
 pub mod session;
+pub mod spool;

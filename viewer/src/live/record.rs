@@ -4,12 +4,15 @@
 //! in no file. So a resync closes the current file (whole and valid up to the gap) and
 //! the recording continues in a new file numbered after it: `session.ostm`, then
 //! `session.1.ostm`, `session.2.ostm`, … Each file starts from its own start snapshot
-//! (flag bit 1) and verifies on its own.
+//! (flag bit 1) and verifies on its own. While a file is being written it is
+//! `FILE.part` (crash-safe: see `ostm_protocol::recording`).
 
-use ostm_protocol::recording::Recorder;
+pub use ostm_protocol::recording::numbered;
+use ostm_protocol::recording::{Durability, Recorder};
 use ostm_protocol::World;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// A finished file: its path and step count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,23 +30,7 @@ pub struct Recording {
     current: Recorder,
     start_step: u64,
     done: Vec<Written>,
-}
-
-/// The path of the `n`-th file of a recording (0 is the base path itself):
-/// `dir/session.ostm` gives `dir/session.1.ostm`; a name without extension gets `.1`.
-pub fn numbered(base: &Path, n: u32) -> PathBuf {
-    if n == 0 {
-        return base.to_path_buf();
-    }
-    let stem = base
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let name = match base.extension() {
-        Some(ext) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
-        None => format!("{stem}.{n}"),
-    };
-    base.with_file_name(name)
+    durability: Durability,
 }
 
 impl Recording {
@@ -51,22 +38,33 @@ impl Recording {
     ///
     /// # Errors
     /// The file's sidecars cannot be created.
-    pub fn start(base: &Path, world: &World) -> io::Result<Recording> {
+    pub fn start(base: &Path, world: &World, durability: Durability) -> io::Result<Recording> {
         Ok(Recording {
             base: base.to_path_buf(),
             index: 0,
-            current: Recorder::create(base, world, true)?,
+            current: Recorder::create_with(base, world, true, durability)?,
             start_step: world.step,
             done: Vec::new(),
+            durability,
         })
     }
 
-    /// Records one verified step.
+    /// Records one verified step, and flushes when a flush is due.
     ///
     /// # Errors
     /// A write fails.
     pub fn push(&mut self, input: &[u8], hash: u64) -> io::Result<()> {
-        self.current.push(input, hash)
+        self.current.push(input, hash)?;
+        self.current.flush_due(Instant::now())?;
+        Ok(())
+    }
+
+    /// Flushes when a flush is due (called at least every 250 ms when no step comes).
+    ///
+    /// # Errors
+    /// A write fails.
+    pub fn tick(&mut self) -> io::Result<()> {
+        self.current.flush_due(Instant::now()).map(|_| ())
     }
 
     /// Closes the current file at the gap and continues in the next numbered file from
@@ -77,7 +75,7 @@ impl Recording {
     pub fn resync(&mut self, world: &World) -> io::Result<PathBuf> {
         self.index += 1;
         let next = numbered(&self.base, self.index);
-        let fresh = Recorder::create(&next, world, true)?;
+        let fresh = Recorder::create_with(&next, world, true, self.durability)?;
         let old = std::mem::replace(&mut self.current, fresh);
         let path = old.path().to_path_buf();
         let steps = old.finish()?;
@@ -103,18 +101,5 @@ impl Recording {
             start_step: self.start_step,
         });
         Ok(self.done)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::numbered;
-    use std::path::Path;
-
-    #[test]
-    fn numbered_files_keep_the_extension() {
-        assert_eq!(numbered(Path::new("d/s.ostm"), 0), Path::new("d/s.ostm"));
-        assert_eq!(numbered(Path::new("d/s.ostm"), 2), Path::new("d/s.2.ostm"));
-        assert_eq!(numbered(Path::new("s"), 1), Path::new("s.1"));
     }
 }

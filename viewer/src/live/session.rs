@@ -1,28 +1,29 @@
-//! One live session: connect, hello, welcome, snapshot, then verify every record by step
-//! number until asked to stop, the host ends the stream, drift, or a failure.
+//! One live session: the reader ([`network`]) fills the [`Spool`] with what the host sends,
+//! as fast as it arrives; the verifier here takes those messages in order, rebuilds the
+//! world from each snapshot, verifies every record by step number, records, and explains
+//! the first drift. The verifier does not know where its messages came from: it is fed
+//! [`Item`]s (docs/protocol.md, "The viewer's reader and verifier").
 
 use super::drift::{on_drift, DriftReport, Evidence};
+use super::network::{self, Dial, Network, Shared};
 use super::record::{Recording, Written};
-use futures::{SinkExt, StreamExt};
+use super::spool::{Backlog, Item, Spool};
 use ostm_protocol::fields::{self, Fields};
 use ostm_protocol::op::for_each_op;
-use ostm_protocol::wire::{
-    End, Hello, PeerRole, Record, SnapshotKind, ToHost, ToViewer, ViewerCodec, Welcome, WireError,
-    HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
-};
+use ostm_protocol::recording::{check_target, Durability};
+use ostm_protocol::wire::{End, Record, ToHost, Welcome};
 use ostm_protocol::{Op, World};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
-use tokio::time::timeout;
-use tokio_util::codec::Framed;
 use tracing::debug;
 
-/// How long to wait for the TCP connection.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait for the host's answer to a drift request.
 pub const DRIFT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the status is reported (and the recording flushed when no step comes).
+const STATUS_EVERY: Duration = Duration::from_millis(250);
 
 /// What the session is asked to do.
 #[derive(Debug, Clone, Default)]
@@ -36,9 +37,17 @@ pub struct Options {
     pub until: Option<u64>,
     /// Record to this file.
     pub record: Option<PathBuf>,
-    /// Test only: verify at most this many steps per second, with a small receive buffer,
-    /// so that the viewer falls behind a fast host.
+    /// Overwrite an existing recording.
+    pub force: bool,
+    /// How the recording reaches the disk.
+    pub durability: Durability,
+    /// Reconnect after a lost connection, trying for at most this long.
+    pub reconnect: Option<Duration>,
+    /// Test only: verify at most this many steps per second.
     pub throttle: Option<u32>,
+    /// Test only: read at most this many records per second, with a small receive buffer,
+    /// so that the viewer falls behind a fast host and is resynced.
+    pub throttle_read: Option<u32>,
     /// Compute both fields ([`fields::compute`]) of every world the viewer reaches.
     pub fields: bool,
     /// Report the fields ([`Event::Fields`]) when the viewer's world is at these steps.
@@ -67,6 +76,16 @@ pub enum Stop {
     Failed(String),
 }
 
+/// A stretch of steps the viewer never saw, because its connection was lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gap {
+    /// The viewer's step when the connection was lost.
+    pub from: u64,
+    /// The step it joined at again.
+    pub to: u64,
+    pub why: String,
+}
+
 /// What the session did.
 #[derive(Debug)]
 pub struct Outcome {
@@ -78,6 +97,8 @@ pub struct Outcome {
     /// Steps verified.
     pub verified: u64,
     pub resyncs: u64,
+    /// Reconnections, each with the steps it missed.
+    pub gaps: Vec<Gap>,
     /// Recording files written, in order.
     pub files: Vec<Written>,
     /// A recording failure, if finishing the files failed.
@@ -86,6 +107,8 @@ pub struct Outcome {
     pub host_step: u64,
     /// Steps of `fields_at` whose fields were not reported, with why.
     pub fields_missed: Vec<(u64, String)>,
+    /// The most records that waited for the verifier at once, and on disk.
+    pub backlog_peak: Backlog,
 }
 
 /// Progress, for the status line.
@@ -99,6 +122,10 @@ pub struct Status {
     pub verified: u64,
     /// Resyncs so far.
     pub resyncs: u64,
+    /// Reconnections so far.
+    pub gaps: u64,
+    /// Records received and waiting for the verifier (in memory and spooled to disk).
+    pub backlog: u64,
     /// Verified steps per second since attaching.
     pub rate: f64,
     /// With `fields`: the largest density (units of 1 / [`fields::DENSITY_ONE`] body) and
@@ -125,6 +152,12 @@ pub enum Event<'a> {
         to: u64,
         file: Option<&'a PathBuf>,
     },
+    /// The connection was lost and made again: the steps from `gap.from` to `gap.to`
+    /// were not seen.
+    Reconnected {
+        gap: &'a Gap,
+        file: Option<&'a PathBuf>,
+    },
     Status(Status),
     /// The fields of the viewer's world at a step asked for with `fields_at` (a world
     /// whose hash verified, or the attach or resync snapshot's world).
@@ -134,20 +167,23 @@ pub enum Event<'a> {
     },
 }
 
-type Conn = Framed<TcpStream, ViewerCodec>;
-
 struct State {
     world: World,
     verified: u64,
-    host_step: u64,
     resyncs: u64,
+    gaps: Vec<Gap>,
+    /// Why the connection was lost, while waiting for the reconnection.
+    lost: Option<String>,
     recording: Option<Recording>,
     started: Instant,
+    /// The connection the current world's records come from.
+    connection: u64,
     /// The fields of `world`, when asked to compute them.
     fields: Option<Fields>,
     /// Steps of `fields_at` not reported yet.
     fields_due: BTreeSet<u64>,
     fields_missed: Vec<(u64, String)>,
+    backlog_peak: Backlog,
 }
 
 impl State {
@@ -174,27 +210,56 @@ impl State {
     }
 }
 
-/// Runs a session; `events` sees progress; `interrupt` completing stops it (Ctrl-C).
-pub async fn run(
-    opts: &Options,
-    mut events: impl FnMut(Event<'_>),
-    interrupt: impl std::future::Future<Output = ()>,
-) -> Outcome {
+/// Where the spool's file goes: beside the recording, else the temporary directory.
+fn spool_dir(record: Option<&Path>) -> PathBuf {
+    match record.and_then(Path::parent) {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        Some(_) => PathBuf::from("."),
+        None => std::env::temp_dir(),
+    }
+}
+
+/// Runs a session to its end; `events` sees progress. Ctrl-C or SIGTERM stops it.
+pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
     let mut out = Outcome {
         stop: Stop::Asked,
         attached_at: None,
         step: 0,
         verified: 0,
         resyncs: 0,
+        gaps: Vec::new(),
         files: Vec::new(),
         record_error: None,
         host_step: 0,
         fields_missed: Vec::new(),
+        backlog_peak: Backlog::default(),
     };
-    let (mut conn, welcome, world) = match connect(opts).await {
-        Ok(c) => c,
+    if let Some(path) = &opts.record {
+        if let Err(e) = check_target(path, opts.force) {
+            out.stop = Stop::Failed(e);
+            return out;
+        }
+    }
+    let spool = Arc::new(Spool::new(&spool_dir(opts.record.as_deref())));
+    let shared = Arc::new(Shared::default());
+    let dial = Dial {
+        addr: opts.addr.clone(),
+        token: opts.token.clone(),
+        reconnect: opts.reconnect,
+        throttle_read: opts.throttle_read,
+    };
+    let net = match Network::start(dial, spool.clone(), shared.clone()) {
+        Ok(n) => n,
+        Err(e) => {
+            out.stop = Stop::Failed(format!("cannot start the reader: {e}"));
+            return out;
+        }
+    };
+    let (welcome, world) = match first_attach(&spool, &shared) {
+        Ok(a) => a,
         Err(stop) => {
             out.stop = stop;
+            net.stop();
             return out;
         }
     };
@@ -204,38 +269,46 @@ pub async fn run(
         world: &world,
     });
     let recording = match &opts.record {
-        Some(path) => match Recording::start(path, &world) {
+        Some(path) => match Recording::start(path, &world, opts.durability) {
             Ok(r) => Some(r),
             Err(e) => {
                 out.stop = Stop::Failed(format!("cannot record to {}: {e}", path.display()));
+                net.stop();
                 return out;
             }
         },
         None => None,
     };
     let mut st = State {
-        host_step: world.step,
         world,
         verified: 0,
         resyncs: 0,
+        gaps: Vec::new(),
+        lost: None,
         recording,
         started: Instant::now(),
+        connection: shared.connection.load(Ordering::SeqCst),
         fields: None,
         fields_due: opts.fields_at.clone(),
         fields_missed: Vec::new(),
+        backlog_peak: Backlog::default(),
     };
+    shared.viewer_step.store(st.world.step, Ordering::Relaxed);
     let why = format!("the viewer attached at step {}, after it", st.world.step);
     st.reached(opts, &why, &mut events);
     let stop = if opts.steps == Some(0) || opts.until.is_some_and(|u| st.world.step >= u) {
         Stop::Asked
     } else {
-        verify_loop(&mut conn, opts, &mut st, &mut events, interrupt).await
+        verify_loop(opts, &spool, &shared, &net, &mut st, &mut events)
     };
+    net.stop();
     out.stop = stop;
     out.step = st.world.step;
     out.verified = st.verified;
     out.resyncs = st.resyncs;
-    out.host_step = st.host_step;
+    out.gaps = std::mem::take(&mut st.gaps);
+    out.host_step = shared.host_step.load(Ordering::Relaxed).max(st.world.step);
+    out.backlog_peak = st.backlog_peak;
     out.fields_missed = std::mem::take(&mut st.fields_missed);
     let end = st.world.step;
     out.fields_missed.extend(
@@ -249,167 +322,79 @@ pub async fn run(
             Err(e) => out.record_error = Some(format!("cannot finish the recording: {e}")),
         }
     }
-    // Close our side; the host's end message (if any) has been read.
-    let _ = SinkExt::<ToHost>::close(&mut conn).await;
     out
 }
 
-async fn connect(opts: &Options) -> Result<(Conn, Welcome, World), Stop> {
-    let fail = |s: String| Stop::Failed(s);
-    let stream = match timeout(CONNECT_TIMEOUT, open(&opts.addr, opts.throttle.is_some())).await {
-        Err(_) => return Err(fail(format!("cannot connect to {}: timed out", opts.addr))),
-        Ok(Err(e)) => return Err(fail(format!("cannot connect to {}: {e}", opts.addr))),
-        Ok(Ok(s)) => s,
-    };
-    let _ = stream.set_nodelay(true);
-    let mut conn = Framed::new(stream, ViewerCodec::new(opts.addr.clone()));
-    let hello = Hello {
-        version: VERSION,
-        role: PeerRole::Viewer as u8,
-        token: opts.token.clone().unwrap_or_default().into_bytes(),
-    };
-    if let Err(e) = conn.send(ToHost::Hello(hello)).await {
-        return Err(fail(format!("cannot send the hello to {}: {e}", opts.addr)));
-    }
-    let welcome = match next(&mut conn).await? {
-        ToViewer::Welcome(w) => w,
-        ToViewer::End(e) => {
-            return Err(fail(format!(
-                "the host refused the viewer ({}): {}",
-                e.reason.name(),
-                e.text
-            )))
+/// Waits for the first connection's attach snapshot.
+fn first_attach(spool: &Spool, shared: &Shared) -> Result<(Welcome, World), Stop> {
+    loop {
+        if shared.interrupted.load(Ordering::SeqCst) {
+            return Err(Stop::Interrupted);
         }
-        other => {
-            return Err(fail(format!(
-                "expected the host's welcome, found {}",
-                name(&other)
-            )))
-        }
-    };
-    if welcome.version != VERSION {
-        return Err(fail(format!(
-            "the host speaks protocol version {}, this viewer speaks {VERSION}",
-            welcome.version
-        )));
-    }
-    match next(&mut conn).await? {
-        ToViewer::Snapshot {
-            kind: SnapshotKind::Attach,
-            world,
-        } => Ok((conn, welcome, world)),
-        ToViewer::End(e) => Err(fail(format!(
-            "the host ended the stream before its snapshot ({}): {}",
-            e.reason.name(),
-            e.text
-        ))),
-        other => Err(fail(format!(
-            "expected the host's snapshot, found {}",
-            name(&other)
-        ))),
-    }
-}
-
-/// Connects; `small_buffer` asks for a 4 KiB receive buffer (test throttling only).
-async fn open(addr: &str, small_buffer: bool) -> std::io::Result<TcpStream> {
-    if !small_buffer {
-        return TcpStream::connect(addr).await;
-    }
-    let mut last = std::io::Error::other(format!("{addr} resolves to no address"));
-    for a in tokio::net::lookup_host(addr).await? {
-        let socket = if a.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        socket.set_recv_buffer_size(4096)?;
-        match socket.connect(a).await {
-            Ok(s) => return Ok(s),
-            Err(e) => last = e,
+        match spool.pop(STATUS_EVERY) {
+            Err(e) => return Err(Stop::Failed(format!("cannot read the spool: {e}"))),
+            Ok(Some(Item::Attached { welcome, world })) => return Ok((welcome, world)),
+            Ok(Some(Item::Lost { why, .. })) => return Err(Stop::Failed(why)),
+            Ok(Some(other)) => {
+                return Err(Stop::Failed(format!(
+                    "expected the host's snapshot first, found {other:?}"
+                )))
+            }
+            Ok(None) if shared.interrupted.load(Ordering::SeqCst) => return Err(Stop::Interrupted),
+            Ok(None) => {}
         }
     }
-    Err(last)
 }
 
-/// How long the viewer waits for anything from the host.
-const SILENCE: Duration = Duration::from_millis(SILENCE_TIMEOUT_MS as u64);
-
-/// The next message, with the silence timeout; a closed connection or a bad frame is a failure.
-async fn next(conn: &mut Conn) -> Result<ToViewer, Stop> {
-    next_by(conn, tokio::time::Instant::now() + SILENCE).await
-}
-
-/// The next message, failing if none has come by `deadline`.
-async fn next_by(conn: &mut Conn, deadline: tokio::time::Instant) -> Result<ToViewer, Stop> {
-    match tokio::time::timeout_at(deadline, conn.next()).await {
-        Err(_) => Err(Stop::Failed(format!(
-            "the host sent nothing for {SILENCE_TIMEOUT_MS} ms"
-        ))),
-        Ok(None) => Err(Stop::Failed(
-            "the host closed the connection without an end message".into(),
-        )),
-        Ok(Some(Err(WireError::Format(e)))) => Err(Stop::Failed(format!("protocol error: {e}"))),
-        Ok(Some(Err(WireError::Io(e)))) => Err(Stop::Failed(format!("connection lost: {e}"))),
-        Ok(Some(Ok(m))) => Ok(m),
-    }
-}
-
-fn name(m: &ToViewer) -> &'static str {
-    match m {
-        ToViewer::Welcome(_) => "a welcome",
-        ToViewer::Snapshot { .. } => "a snapshot",
-        ToViewer::Record(_) => "a record",
-        ToViewer::Heartbeat { .. } => "a heartbeat",
-        ToViewer::End(_) => "an end message",
-        ToViewer::DriftReply(_) => "a drift reply",
-    }
-}
-
-/// How often the status is reported.
-const STATUS_EVERY: Duration = Duration::from_millis(250);
-
-async fn verify_loop(
-    conn: &mut Conn,
+fn verify_loop(
     opts: &Options,
+    spool: &Spool,
+    shared: &Shared,
+    net: &Network,
     st: &mut State,
     events: &mut impl FnMut(Event<'_>),
-    interrupt: impl std::future::Future<Output = ()>,
 ) -> Stop {
-    tokio::pin!(interrupt);
-    // The viewer's own heartbeat interval is fixed; the welcome's is only for information.
-    let heartbeat = Duration::from_millis(HEARTBEAT_MS as u64);
-    let mut next_heartbeat = tokio::time::Instant::now() + heartbeat;
     let mut next_status = Instant::now() + STATUS_EVERY;
     let mut ops: Vec<Op> = Vec::new();
-    // Heartbeats we send do not count: only what the host sends keeps the session alive.
-    let mut silent_at = tokio::time::Instant::now() + SILENCE;
+    let mut throttled = 0u64;
+    let throttle_start = Instant::now();
     loop {
-        let msg = tokio::select! {
-            biased;
-            _ = &mut interrupt => return Stop::Interrupted,
-            _ = tokio::time::sleep_until(next_heartbeat) => {
-                next_heartbeat = tokio::time::Instant::now() + heartbeat;
-                if let Err(e) = conn.send(ToHost::Heartbeat { viewer_step: st.world.step }).await {
-                    return Stop::Failed(format!("connection lost: {e}"));
-                }
-                continue;
-            }
-            m = next_by(conn, silent_at) => match m {
-                Ok(m) => m,
-                Err(stop) => return stop,
-            },
+        if shared.interrupted.load(Ordering::SeqCst) {
+            return Stop::Interrupted;
+        }
+        let item = match spool.pop(STATUS_EVERY) {
+            Ok(i) => i,
+            Err(e) => return Stop::Failed(format!("cannot read the spool: {e}")),
         };
-        silent_at = tokio::time::Instant::now() + SILENCE;
-        match msg {
-            ToViewer::Record(r) => {
+        if Instant::now() >= next_status {
+            next_status = Instant::now() + STATUS_EVERY;
+            if let Some(rec) = st.recording.as_mut() {
+                if let Err(e) = rec.tick() {
+                    return Stop::Failed(format!("cannot write the recording: {e}"));
+                }
+            }
+            let backlog = spool.backlog();
+            st.backlog_peak.records = st.backlog_peak.records.max(backlog.records);
+            st.backlog_peak.on_disk = st.backlog_peak.on_disk.max(backlog.on_disk);
+            st.backlog_peak.peak_disk_bytes = backlog.peak_disk_bytes;
+            events(Event::Status(status(st, shared, backlog.records)));
+        }
+        let Some(item) = item else {
+            continue;
+        };
+        match item {
+            Item::Record(r) => {
+                if st.lost.is_some() {
+                    return Stop::Failed(
+                        "protocol error: a record after the connection was lost".into(),
+                    );
+                }
                 if r.step != st.world.step {
                     return Stop::Failed(format!(
                         "protocol error: a record for step {}, expected step {}",
                         r.step, st.world.step
                     ));
                 }
-                // A hostile host may send step u64::MAX: no overflow.
-                st.host_step = st.host_step.max(r.step.saturating_add(1));
                 ops.clear();
                 // The codec checked the input when it decoded the record.
                 let _ = for_each_op("record", &r.input, 0, |op| ops.push(op));
@@ -417,14 +402,19 @@ async fn verify_loop(
                 st.world.step(&ops);
                 let hash = st.world.hash();
                 if hash != r.hash {
-                    return Stop::Drift(Box::new(drift(conn, st, before, &r, hash).await));
+                    return Stop::Drift(Box::new(drift(net, shared, st, before, &r, hash)));
                 }
                 st.verified += 1;
+                shared.viewer_step.store(st.world.step, Ordering::Relaxed);
                 st.reached(opts, "", events);
                 if let Some(per_second) = opts.throttle {
-                    let due = st.started
-                        + Duration::from_secs_f64(st.verified as f64 / per_second.max(1) as f64);
-                    tokio::time::sleep_until(due.into()).await;
+                    throttled += 1;
+                    let due = throttle_start
+                        + Duration::from_secs_f64(throttled as f64 / per_second.max(1) as f64);
+                    let now = Instant::now();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
                 }
                 if let Some(rec) = st.recording.as_mut() {
                     if let Err(e) = rec.push(&r.input, hash) {
@@ -437,10 +427,7 @@ async fn verify_loop(
                     return Stop::Asked;
                 }
             }
-            ToViewer::Snapshot {
-                kind: SnapshotKind::Resync,
-                world,
-            } => {
+            Item::Resync(world) => {
                 let from = st.world.step;
                 debug!(from, to = world.step, "resync");
                 if world.setup() != st.world.setup() || world.link() != st.world.link() {
@@ -449,7 +436,6 @@ async fn verify_loop(
                     );
                 }
                 st.resyncs += 1;
-                st.host_step = st.host_step.max(world.step);
                 st.world = world;
                 let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
                     Some(Err(e)) => {
@@ -460,6 +446,7 @@ async fn verify_loop(
                     Some(Ok(p)) => Some(p),
                     None => None,
                 };
+                shared.viewer_step.store(st.world.step, Ordering::Relaxed);
                 events(Event::Resync {
                     from,
                     to: st.world.step,
@@ -474,31 +461,73 @@ async fn verify_loop(
                     return Stop::Asked;
                 }
             }
-            ToViewer::Heartbeat { host_step } => st.host_step = st.host_step.max(host_step),
-            ToViewer::End(e) => return Stop::HostEnded(e),
-            ToViewer::DriftReply(_) => debug!("a drift reply nobody asked for; ignored"),
-            other => {
-                return Stop::Failed(format!(
-                    "protocol error: {} in the middle of the stream",
-                    name(&other)
-                ))
+            Item::End(e) => {
+                if opts.reconnect.is_some() && network::reconnects_after(&e) {
+                    st.lost = Some(format!(
+                        "the host ended the stream ({}: {})",
+                        e.reason.name(),
+                        e.text
+                    ));
+                } else {
+                    return Stop::HostEnded(e);
+                }
             }
-        }
-        if Instant::now() >= next_status {
-            next_status = Instant::now() + STATUS_EVERY;
-            events(Event::Status(status(st)));
+            Item::Lost { why, last } => {
+                if last {
+                    return Stop::Failed(why);
+                }
+                st.lost = Some(why);
+            }
+            Item::Attached { world, .. } => {
+                let why = st
+                    .lost
+                    .take()
+                    .unwrap_or_else(|| "the connection was made again".into());
+                let gap = Gap {
+                    from: st.world.step,
+                    to: world.step,
+                    why,
+                };
+                st.connection = shared.connection.load(Ordering::SeqCst);
+                st.world = world;
+                let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
+                    Some(Err(e)) => {
+                        return Stop::Failed(format!(
+                            "cannot continue the recording after reconnecting: {e}"
+                        ))
+                    }
+                    Some(Ok(p)) => Some(p),
+                    None => None,
+                };
+                shared.viewer_step.store(st.world.step, Ordering::Relaxed);
+                events(Event::Reconnected {
+                    gap: &gap,
+                    file: file.as_ref(),
+                });
+                let why = format!(
+                    "the connection was lost at step {} and made again at step {}",
+                    gap.from, gap.to
+                );
+                st.gaps.push(gap);
+                st.reached(opts, &why, events);
+                if opts.until.is_some_and(|u| st.world.step >= u) {
+                    return Stop::Asked;
+                }
+            }
         }
     }
 }
 
 /// The current progress.
-fn status(st: &State) -> Status {
+fn status(st: &State, shared: &Shared, backlog: u64) -> Status {
     let secs = st.started.elapsed().as_secs_f64();
     Status {
-        host_step: st.host_step,
+        host_step: shared.host_step.load(Ordering::Relaxed).max(st.world.step),
         step: st.world.step,
         verified: st.verified,
         resyncs: st.resyncs,
+        gaps: st.gaps.len() as u64,
+        backlog,
         rate: if secs > 0.0 {
             st.verified as f64 / secs
         } else {
@@ -511,22 +540,43 @@ fn status(st: &State) -> Status {
     }
 }
 
-/// Asks the host for its snapshot at the drifting step, then hands the evidence to
-/// [`on_drift`].
-async fn drift(conn: &mut Conn, st: &State, before: World, r: &Record, hash: u64) -> DriftReport {
+/// Asks the host for its snapshot at the drifting step (when the connection that sent the
+/// step is still the current one), then hands the evidence to [`on_drift`].
+fn drift(
+    net: &Network,
+    shared: &Shared,
+    st: &State,
+    before: World,
+    r: &Record,
+    hash: u64,
+) -> DriftReport {
     let step = st.world.step;
     let mut reply = None;
-    if conn.send(ToHost::DriftRequest { step }).await.is_ok() {
-        let wait = async {
-            loop {
-                match next(conn).await {
-                    Ok(ToViewer::DriftReply(d)) if d.step == step => return Some(d),
-                    Ok(ToViewer::End(_)) | Err(_) => return None,
-                    Ok(_) => continue,
+    let mut no_reply = None;
+    if st.connection != shared.connection.load(Ordering::SeqCst) {
+        no_reply = Some("the connection that sent the step has since been replaced".into());
+    } else {
+        // Replies or connection ends left from before are not about this request.
+        while net.replies.try_recv().is_ok() {}
+        net.send(ToHost::DriftRequest { step });
+        let deadline = Instant::now() + DRIFT_REPLY_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match net.replies.recv_timeout(left) {
+                Ok(Some(d)) if d.step == step => {
+                    reply = Some(d);
+                    break;
                 }
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    no_reply = Some(
+                        "the host has closed the connection; it cannot be asked any more".into(),
+                    );
+                    break;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
             }
-        };
-        reply = timeout(DRIFT_REPLY_TIMEOUT, wait).await.ok().flatten();
+        }
     }
     on_drift(&Evidence {
         step,
@@ -536,5 +586,6 @@ async fn drift(conn: &mut Conn, st: &State, before: World, r: &Record, hash: u64
         viewer_after: st.world.clone(),
         input: r.input.to_vec(),
         reply,
+        no_reply,
     })
 }

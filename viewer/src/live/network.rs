@@ -1,0 +1,473 @@
+//! The viewer's reader: connects, does the handshake, and reads the host's messages as
+//! fast as they arrive into the [`Spool`], on a thread of its own, whatever the verifier
+//! is doing. It sends the viewer's heartbeats and drift requests, and, with `--reconnect`,
+//! connects again after a lost connection (docs/protocol.md, "Reconnecting").
+
+use super::spool::{Item, Spool};
+use futures::{SinkExt, StreamExt};
+use ostm_protocol::wire::{
+    DriftReply, End, EndReason, Hello, PeerRole, SnapshotKind, ToHost, ToViewer, ViewerCodec,
+    Welcome, WireError, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
+};
+use ostm_protocol::World;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+use tokio_util::codec::Framed;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+/// How long to wait for the TCP connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the viewer waits for anything from the host.
+pub const SILENCE: Duration = Duration::from_millis(SILENCE_TIMEOUT_MS as u64);
+/// The first wait before reconnecting; each failed attempt doubles it up to
+/// [`RECONNECT_MAX_WAIT`].
+pub const RECONNECT_FIRST_WAIT: Duration = Duration::from_millis(250);
+/// The longest wait between two reconnection attempts.
+pub const RECONNECT_MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// What the reader needs to know.
+#[derive(Debug, Clone)]
+pub struct Dial {
+    pub addr: String,
+    pub token: Option<String>,
+    /// Reconnect after a lost connection, for at most this long without success.
+    pub reconnect: Option<Duration>,
+    /// Test only: read at most this many records per second, with a small receive buffer.
+    pub throttle_read: Option<u32>,
+}
+
+/// What the reader and the verifier share.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// The latest host step heard of.
+    pub host_step: AtomicU64,
+    /// The viewer's verified step, for its heartbeats.
+    pub viewer_step: AtomicU64,
+    /// Ctrl-C or SIGTERM.
+    pub interrupted: AtomicBool,
+    /// Connections made so far (the current one's number).
+    pub connection: AtomicU64,
+}
+
+/// The reader's thread and what the verifier uses to reach the host.
+pub struct Network {
+    thread: Option<std::thread::JoinHandle<()>>,
+    cancel: CancellationToken,
+    to_host: mpsc::UnboundedSender<ToHost>,
+    /// Drift replies, and `None` when a connection ends (no reply will come on it).
+    pub replies: std::sync::mpsc::Receiver<Option<DriftReply>>,
+}
+
+impl Network {
+    /// Starts the reader on its own thread; everything it reads goes to `spool`.
+    pub fn start(dial: Dial, spool: Arc<Spool>, shared: Arc<Shared>) -> std::io::Result<Network> {
+        let cancel = CancellationToken::new();
+        let (to_host, from_verifier) = mpsc::unbounded_channel();
+        let (reply_tx, replies) = std::sync::mpsc::channel();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let c = cancel.clone();
+        let thread = std::thread::Builder::new()
+            .name("ostm-reader".into())
+            .spawn(move || {
+                let sp = spool.clone();
+                rt.block_on(async move {
+                    let mut reader = Reader {
+                        dial,
+                        spool: sp,
+                        shared: shared.clone(),
+                        cancel: c.clone(),
+                        from_verifier,
+                        replies: reply_tx,
+                    };
+                    tokio::select! {
+                        _ = reader.run() => {}
+                        _ = ostm_protocol::signal::stop_signal() => {
+                            shared.interrupted.store(true, Ordering::SeqCst);
+                        }
+                        _ = c.cancelled() => {}
+                    }
+                });
+                spool.close();
+            })?;
+        Ok(Network {
+            thread: Some(thread),
+            cancel,
+            to_host,
+            replies,
+        })
+    }
+
+    /// Sends a message to the host on the current connection (dropped if there is none).
+    pub fn send(&self, m: ToHost) {
+        let _ = self.to_host.send(m);
+    }
+
+    /// Stops the reader and waits for its thread (closing the connection).
+    pub fn stop(mut self) {
+        self.cancel.cancel();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Whether `--reconnect` connects again after the host ended the stream with `e`: after
+/// every end but `finished` (the host ran what it was asked to; nothing follows).
+pub fn reconnects_after(e: &End) -> bool {
+    e.reason != EndReason::Finished
+}
+
+type Conn = Framed<TcpStream, ViewerCodec>;
+
+/// Why a connection attempt failed.
+enum Refused {
+    /// The host could not be reached or the connection broke during the handshake: worth
+    /// another attempt.
+    Unreachable(String),
+    /// The host answered and refused, or spoke another protocol: final.
+    Final(String),
+}
+
+/// How one connection's stream ended.
+enum Ended {
+    Cancelled,
+    /// The host's end message (already in the spool).
+    End(End),
+    /// Lost: the reason.
+    Lost(String),
+    /// A protocol error: final.
+    Broken(String),
+}
+
+struct Reader {
+    dial: Dial,
+    spool: Arc<Spool>,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+    from_verifier: mpsc::UnboundedReceiver<ToHost>,
+    replies: std::sync::mpsc::Sender<Option<DriftReply>>,
+}
+
+impl Reader {
+    fn push(&self, item: Item) -> bool {
+        match self.spool.push(item) {
+            Ok(()) => true,
+            Err(e) => {
+                let _ = self.spool.push(Item::Lost {
+                    why: format!("cannot spool the host's records to disk: {e}"),
+                    last: true,
+                });
+                false
+            }
+        }
+    }
+
+    fn lost(&self, why: String, last: bool) {
+        let _ = self.spool.push(Item::Lost { why, last });
+    }
+
+    async fn run(&mut self) {
+        let mut attached_once = false;
+        let mut failing_since: Option<Instant> = None;
+        let mut wait = RECONNECT_FIRST_WAIT;
+        loop {
+            let attempt = connect(&self.dial).await;
+            let (conn, welcome, world) = match attempt {
+                Ok(c) => c,
+                Err(Refused::Final(why)) => return self.lost(why, true),
+                Err(Refused::Unreachable(why)) => {
+                    let Some(budget) = self.dial.reconnect.filter(|_| attached_once) else {
+                        return self.lost(why, true);
+                    };
+                    let since = *failing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= budget {
+                        return self.lost(
+                            format!(
+                                "gave up reconnecting after {} s: {why}",
+                                since.elapsed().as_secs()
+                            ),
+                            true,
+                        );
+                    }
+                    info!(wait_ms = wait.as_millis() as u64, "reconnecting: {why}");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RECONNECT_MAX_WAIT);
+                    continue;
+                }
+            };
+            attached_once = true;
+            wait = RECONNECT_FIRST_WAIT;
+            self.shared.connection.fetch_add(1, Ordering::SeqCst);
+            self.shared
+                .host_step
+                .fetch_max(world.step, Ordering::Relaxed);
+            if !self.push(Item::Attached { welcome, world }) {
+                return;
+            }
+            let ended = self.stream(conn).await;
+            let _ = self.replies.send(None);
+            let again = self.dial.reconnect.is_some();
+            match ended {
+                Ended::Cancelled => return,
+                Ended::Broken(why) => return self.lost(why, true),
+                Ended::End(e) if !(again && reconnects_after(&e)) => return,
+                Ended::End(_) => {}
+                Ended::Lost(why) if !again => return self.lost(why, true),
+                Ended::Lost(why) => self.lost(why, false),
+            }
+            failing_since = Some(Instant::now());
+        }
+    }
+
+    /// Reads one connection's stream into the spool, and sends heartbeats and the
+    /// verifier's messages, until it ends.
+    async fn stream(&mut self, conn: Conn) -> Ended {
+        let (mut sink, mut stream) = conn.split();
+        let shared = self.shared.clone();
+        let from_verifier = &mut self.from_verifier;
+        let writer = async move {
+            let beat = Duration::from_millis(HEARTBEAT_MS as u64);
+            let mut next_beat = tokio::time::Instant::now() + beat;
+            loop {
+                let msg = tokio::select! {
+                    _ = tokio::time::sleep_until(next_beat) => {
+                        next_beat = tokio::time::Instant::now() + beat;
+                        ToHost::Heartbeat { viewer_step: shared.viewer_step.load(Ordering::Relaxed) }
+                    }
+                    m = from_verifier.recv() => match m {
+                        Some(m) => m,
+                        None => return sink,
+                    },
+                };
+                if sink.send(msg).await.is_err() {
+                    // The connection is broken; the reader finds out.
+                    return sink;
+                }
+            }
+        };
+        let spool = &self.spool;
+        let shared = &self.shared;
+        let replies = &self.replies;
+        let throttle = self.dial.throttle_read;
+        let reader = async {
+            let started = tokio::time::Instant::now();
+            let mut records: u64 = 0;
+            loop {
+                let deadline = tokio::time::Instant::now() + SILENCE;
+                // What has already arrived is read before the silence is judged: the
+                // read comes first, so a viewer paused for longer than the silence
+                // timeout reads what waits in its socket when it resumes.
+                let m = tokio::select! {
+                    biased;
+                    m = stream.next() => m,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        return Ended::Lost(format!("the host sent nothing for {SILENCE_TIMEOUT_MS} ms"));
+                    }
+                };
+                let msg = match m {
+                    None => {
+                        return Ended::Lost(
+                            "the host closed the connection without an end message".into(),
+                        )
+                    }
+                    Some(Err(WireError::Format(e))) => {
+                        return Ended::Broken(format!("protocol error: {e}"))
+                    }
+                    Some(Err(WireError::Io(e))) => {
+                        return Ended::Lost(format!("connection lost: {e}"))
+                    }
+                    Some(Ok(m)) => m,
+                };
+                let item = match msg {
+                    ToViewer::Record(r) => {
+                        shared
+                            .host_step
+                            .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
+                        if let Some(per_second) = throttle {
+                            records += 1;
+                            let due = started
+                                + Duration::from_secs_f64(
+                                    records as f64 / per_second.max(1) as f64,
+                                );
+                            tokio::time::sleep_until(due).await;
+                        }
+                        Item::Record(r)
+                    }
+                    ToViewer::Snapshot {
+                        kind: SnapshotKind::Resync,
+                        world,
+                    } => {
+                        debug!(to = world.step, "resync snapshot");
+                        shared.host_step.fetch_max(world.step, Ordering::Relaxed);
+                        Item::Resync(world)
+                    }
+                    ToViewer::Heartbeat { host_step } => {
+                        shared.host_step.fetch_max(host_step, Ordering::Relaxed);
+                        continue;
+                    }
+                    ToViewer::DriftReply(d) => {
+                        let _ = replies.send(Some(d));
+                        continue;
+                    }
+                    ToViewer::End(e) => {
+                        if spool.push(Item::End(e.clone())).is_err() {
+                            return Ended::Broken("cannot spool the host's end message".into());
+                        }
+                        return Ended::End(e);
+                    }
+                    other => {
+                        return Ended::Broken(format!(
+                            "protocol error: {} in the middle of the stream",
+                            name(&other)
+                        ))
+                    }
+                };
+                if let Err(e) = spool.push(item) {
+                    return Ended::Broken(format!("cannot spool the host's records to disk: {e}"));
+                }
+            }
+        };
+        tokio::pin!(writer);
+        tokio::pin!(reader);
+        let cancel = self.cancel.clone();
+        let mut writing = true;
+        loop {
+            tokio::select! {
+                e = &mut reader => return e,
+                // The writer stops only when the connection broke under it; the reader
+                // goes on with what has arrived until it finds the end.
+                _ = &mut writer, if writing => writing = false,
+                _ = cancel.cancelled() => return Ended::Cancelled,
+            }
+        }
+    }
+}
+
+/// Connects and does the handshake: hello, welcome, attach snapshot.
+async fn connect(dial: &Dial) -> Result<(Conn, Welcome, World), Refused> {
+    let addr = &dial.addr;
+    let stream = match timeout(CONNECT_TIMEOUT, open(addr, dial.throttle_read.is_some())).await {
+        Err(_) => {
+            return Err(Refused::Unreachable(format!(
+                "cannot connect to {addr}: timed out"
+            )))
+        }
+        Ok(Err(e)) => {
+            return Err(Refused::Unreachable(format!(
+                "cannot connect to {addr}: {e}"
+            )))
+        }
+        Ok(Ok(s)) => s,
+    };
+    let _ = stream.set_nodelay(true);
+    let mut conn = Framed::new(stream, ViewerCodec::new(addr.clone()));
+    let hello = Hello {
+        version: VERSION,
+        role: PeerRole::Viewer as u8,
+        token: dial.token.clone().unwrap_or_default().into_bytes(),
+    };
+    if let Err(e) = conn.send(ToHost::Hello(hello)).await {
+        return Err(Refused::Unreachable(format!(
+            "cannot send the hello to {addr}: {e}"
+        )));
+    }
+    let welcome = match handshake_next(&mut conn).await? {
+        ToViewer::Welcome(w) => w,
+        ToViewer::End(e) => {
+            return Err(Refused::Final(format!(
+                "the host refused the viewer ({}): {}",
+                e.reason.name(),
+                e.text
+            )))
+        }
+        other => {
+            return Err(Refused::Final(format!(
+                "expected the host's welcome, found {}",
+                name(&other)
+            )))
+        }
+    };
+    if welcome.version != VERSION {
+        return Err(Refused::Final(format!(
+            "the host speaks protocol version {}, this viewer speaks {VERSION}",
+            welcome.version
+        )));
+    }
+    match handshake_next(&mut conn).await? {
+        ToViewer::Snapshot {
+            kind: SnapshotKind::Attach,
+            world,
+        } => Ok((conn, welcome, world)),
+        ToViewer::End(e) => Err(Refused::Final(format!(
+            "the host ended the stream before its snapshot ({}): {}",
+            e.reason.name(),
+            e.text
+        ))),
+        other => Err(Refused::Final(format!(
+            "expected the host's snapshot, found {}",
+            name(&other)
+        ))),
+    }
+}
+
+/// The next handshake message, with the silence timeout.
+async fn handshake_next(conn: &mut Conn) -> Result<ToViewer, Refused> {
+    match timeout(SILENCE, conn.next()).await {
+        Err(_) => Err(Refused::Unreachable(format!(
+            "the host sent nothing for {SILENCE_TIMEOUT_MS} ms"
+        ))),
+        Ok(None) => Err(Refused::Unreachable(
+            "the host closed the connection without an end message".into(),
+        )),
+        Ok(Some(Err(WireError::Format(e)))) => Err(Refused::Final(format!("protocol error: {e}"))),
+        Ok(Some(Err(WireError::Io(e)))) => {
+            Err(Refused::Unreachable(format!("connection lost: {e}")))
+        }
+        Ok(Some(Ok(m))) => Ok(m),
+    }
+}
+
+/// Connects; `small_buffer` asks for a 4 KiB receive buffer (test throttling only).
+async fn open(addr: &str, small_buffer: bool) -> std::io::Result<TcpStream> {
+    if !small_buffer {
+        return TcpStream::connect(addr).await;
+    }
+    let mut last = std::io::Error::other(format!("{addr} resolves to no address"));
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_recv_buffer_size(4096)?;
+        match socket.connect(a).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+pub fn name(m: &ToViewer) -> &'static str {
+    match m {
+        ToViewer::Welcome(_) => "a welcome",
+        ToViewer::Snapshot { .. } => "a snapshot",
+        ToViewer::Record(_) => "a record",
+        ToViewer::Heartbeat { .. } => "a heartbeat",
+        ToViewer::End(_) => "an end message",
+        ToViewer::DriftReply(_) => "a drift reply",
+    }
+}

@@ -1,0 +1,395 @@
+//! The spool between the viewer's reader and its verifier: a first-in first-out queue of
+//! what the host sent, bounded in memory, that spills records to an unlinked temporary
+//! file when the verifier falls behind (docs/protocol.md, "The viewer's reader and
+//! verifier").
+//!
+//! The reader pushes every message as it arrives and never waits for the verifier;
+//! the verifier pops them in order. At most [`MEMORY_BYTES`] of records are held in
+//! memory; further records go to the file, and come back from it in order.
+
+use bytes::Bytes;
+use ostm_protocol::wire::{End, Record, Welcome};
+use ostm_protocol::World;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Records held in memory at most, in bytes (input bytes plus [`RECORD_OVERHEAD`] each).
+pub const MEMORY_BYTES: usize = 8 * 1024 * 1024;
+/// What one record costs in memory beyond its input bytes, for the bound above.
+pub const RECORD_OVERHEAD: usize = 64;
+/// The file is written and read in pieces of this size.
+const CHUNK: usize = 256 * 1024;
+
+/// One thing the verifier is told, in stream order.
+#[derive(Debug)]
+pub enum Item {
+    /// A connection's handshake is done: the host's welcome and its attach snapshot (the
+    /// first connection, and each reconnection).
+    Attached {
+        welcome: Welcome,
+        world: World,
+    },
+    Record(Record),
+    /// A resync snapshot.
+    Resync(World),
+    /// The host's end message.
+    End(End),
+    /// The connection failed or closed without an end; `final` when no reconnection follows.
+    Lost {
+        why: String,
+        last: bool,
+    },
+}
+
+/// A place in the queue: an item in memory, or that many records in the file.
+enum Entry {
+    Item(Item),
+    OnDisk(u64),
+}
+
+struct Inner {
+    queue: VecDeque<Entry>,
+    /// Bytes of records in memory (see [`MEMORY_BYTES`]).
+    mem_bytes: usize,
+    /// Records waiting, in memory and on disk.
+    records: u64,
+    disk: Disk,
+    closed: bool,
+}
+
+/// The spill file: records at `[read, written + pending.len())`.
+struct Disk {
+    file: Option<File>,
+    /// Bytes in the file.
+    written: u64,
+    /// Bytes not yet written, which follow `written`.
+    pending: Vec<u8>,
+    /// Offset of the next record to read.
+    read: u64,
+    /// Bytes read ahead from `read` on.
+    ahead: Vec<u8>,
+    ahead_pos: usize,
+    /// Largest the file has been, in bytes.
+    peak: u64,
+}
+
+/// The spool; shared by the reader and the verifier.
+pub struct Spool {
+    inner: Mutex<Inner>,
+    ready: Condvar,
+    dir: std::path::PathBuf,
+}
+
+/// How many records are waiting, and how many of them are on disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub records: u64,
+    pub on_disk: u64,
+    /// The largest the spill file has been, in bytes.
+    pub peak_disk_bytes: u64,
+}
+
+impl Spool {
+    /// A spool whose spill file, once needed, is an unlinked temporary file in `dir`.
+    pub fn new(dir: &Path) -> Spool {
+        Spool {
+            inner: Mutex::new(Inner {
+                queue: VecDeque::new(),
+                mem_bytes: 0,
+                records: 0,
+                disk: Disk {
+                    file: None,
+                    written: 0,
+                    pending: Vec::new(),
+                    read: 0,
+                    ahead: Vec::new(),
+                    ahead_pos: 0,
+                    peak: 0,
+                },
+                closed: false,
+            }),
+            ready: Condvar::new(),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends an item (never waits for the verifier).
+    ///
+    /// # Errors
+    /// The spill file cannot be created or written.
+    pub fn push(&self, item: Item) -> io::Result<()> {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        match item {
+            Item::Record(r) => {
+                let cost = r.input.len() + RECORD_OVERHEAD;
+                let spilling = matches!(inner.queue.back(), Some(Entry::OnDisk(_)));
+                if spilling || inner.mem_bytes + cost > MEMORY_BYTES {
+                    inner.disk.append(&self.dir, &r)?;
+                    match inner.queue.back_mut() {
+                        Some(Entry::OnDisk(n)) => *n += 1,
+                        _ => inner.queue.push_back(Entry::OnDisk(1)),
+                    }
+                } else {
+                    inner.mem_bytes += cost;
+                    inner.queue.push_back(Entry::Item(Item::Record(r)));
+                }
+                inner.records += 1;
+            }
+            other => inner.queue.push_back(Entry::Item(other)),
+        }
+        drop(g);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// No more items will come (the reader has stopped); a waiting `pop` returns.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
+    }
+
+    /// The next item, waiting at most `wait`. `Ok(None)` when none came in time or the
+    /// spool is closed and empty.
+    ///
+    /// # Errors
+    /// A record cannot be read back from the spill file.
+    pub fn pop(&self, wait: Duration) -> io::Result<Option<Item>> {
+        let mut g = self.lock();
+        if g.queue.is_empty() && !g.closed {
+            g = self
+                .ready
+                .wait_timeout(g, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let inner = &mut *g;
+        let item = match inner.queue.front_mut() {
+            None => return Ok(None),
+            Some(Entry::OnDisk(n)) => {
+                let r = inner.disk.take()?;
+                *n -= 1;
+                if *n == 0 {
+                    inner.queue.pop_front();
+                }
+                inner.records -= 1;
+                if inner.records == 0 || !inner.queue.iter().any(|e| matches!(e, Entry::OnDisk(_)))
+                {
+                    inner.disk.reset()?;
+                }
+                Item::Record(r)
+            }
+            Some(Entry::Item(_)) => match inner.queue.pop_front() {
+                Some(Entry::Item(item)) => {
+                    if let Item::Record(r) = &item {
+                        inner.mem_bytes -= r.input.len() + RECORD_OVERHEAD;
+                        inner.records -= 1;
+                    }
+                    item
+                }
+                _ => return Ok(None),
+            },
+        };
+        Ok(Some(item))
+    }
+
+    /// Records waiting now.
+    pub fn backlog(&self) -> Backlog {
+        let g = self.lock();
+        let on_disk = g
+            .queue
+            .iter()
+            .map(|e| match e {
+                Entry::OnDisk(n) => *n,
+                Entry::Item(_) => 0,
+            })
+            .sum();
+        Backlog {
+            records: g.records,
+            on_disk,
+            peak_disk_bytes: g.disk.peak,
+        }
+    }
+}
+
+/// A record in the spill file: u64 step, u64 hash, u16 input length, the input.
+const DISK_HEAD: usize = 18;
+
+impl Disk {
+    fn append(&mut self, dir: &Path, r: &Record) -> io::Result<()> {
+        if self.file.is_none() {
+            self.file = Some(tempfile::tempfile_in(dir)?);
+        }
+        self.pending.extend_from_slice(&r.step.to_le_bytes());
+        self.pending.extend_from_slice(&r.hash.to_le_bytes());
+        self.pending
+            .extend_from_slice(&(r.input.len() as u16).to_le_bytes());
+        self.pending.extend_from_slice(&r.input);
+        if self.pending.len() >= CHUNK {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    fn write_pending(&mut self) -> io::Result<()> {
+        if let Some(f) = &self.file {
+            f.write_all_at(&self.pending, self.written)?;
+            self.written += self.pending.len() as u64;
+            self.peak = self.peak.max(self.written);
+            self.pending.clear();
+        }
+        Ok(())
+    }
+
+    /// Makes at least `n` bytes from the read position available in `ahead`.
+    fn want(&mut self, n: usize) -> io::Result<()> {
+        if self.ahead.len() - self.ahead_pos >= n {
+            return Ok(());
+        }
+        self.ahead.drain(..self.ahead_pos);
+        self.ahead_pos = 0;
+        let mut at = self.read + self.ahead.len() as u64;
+        while self.ahead.len() < n {
+            if at >= self.written {
+                // What is asked for has not reached the file yet.
+                self.write_pending()?;
+            }
+            let Some(f) = &self.file else {
+                return Err(io::Error::other("the spool's file is missing"));
+            };
+            let left = self.written.saturating_sub(at);
+            if left == 0 {
+                return Err(io::Error::other("the spool's file ends inside a record"));
+            }
+            let take = (left as usize).min(CHUNK.max(n));
+            let old = self.ahead.len();
+            self.ahead.resize(old + take, 0);
+            f.read_exact_at(&mut self.ahead[old..], at)?;
+            at += take as u64;
+        }
+        Ok(())
+    }
+
+    fn take(&mut self) -> io::Result<Record> {
+        self.want(DISK_HEAD)?;
+        let h = &self.ahead[self.ahead_pos..self.ahead_pos + DISK_HEAD];
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&h[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        let (step, hash) = (word(0), word(8));
+        let len = u16::from_le_bytes([h[16], h[17]]) as usize;
+        self.want(DISK_HEAD + len)?;
+        let start = self.ahead_pos + DISK_HEAD;
+        let input = Bytes::copy_from_slice(&self.ahead[start..start + len]);
+        self.ahead_pos += DISK_HEAD + len;
+        self.read += (DISK_HEAD + len) as u64;
+        Ok(Record { step, hash, input })
+    }
+
+    /// Everything on disk has been read: start the file over.
+    fn reset(&mut self) -> io::Result<()> {
+        if self.read < self.written + self.pending.len() as u64 {
+            return Ok(());
+        }
+        if let Some(f) = &self.file {
+            f.set_len(0)?;
+        }
+        self.written = 0;
+        self.read = 0;
+        self.pending.clear();
+        self.ahead.clear();
+        self.ahead_pos = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(step: u64, len: usize) -> Record {
+        Record {
+            step,
+            hash: step.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            input: Bytes::from(vec![(step % 251) as u8; len]),
+        }
+    }
+
+    /// Far more records than memory holds, with other items among them: every one comes
+    /// back once, in order, and memory never holds more than its bound.
+    #[test]
+    fn records_spill_to_disk_and_come_back_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path());
+        let n = 40_000u64;
+        let mut popped = 0u64;
+        let mut expect = 0u64;
+        for s in 0..n {
+            spool
+                .push(Item::Record(record(s, (s % 700) as usize)))
+                .unwrap();
+            if s == 30_000 {
+                spool
+                    .push(Item::Lost {
+                        why: "marker".into(),
+                        last: false,
+                    })
+                    .unwrap();
+            }
+            assert!(spool.lock().mem_bytes <= MEMORY_BYTES);
+            // Drain a little now and then, as a slow verifier would.
+            if s % 7 == 0 {
+                if let Some(Item::Record(r)) = spool.pop(Duration::ZERO).unwrap() {
+                    assert_eq!(r, record(expect, (expect % 700) as usize));
+                    expect += 1;
+                    popped += 1;
+                }
+            }
+        }
+        assert!(spool.backlog().on_disk > 0, "the test spilled");
+        let mut saw_marker = false;
+        while let Some(item) = spool.pop(Duration::ZERO).unwrap() {
+            match item {
+                Item::Record(r) => {
+                    assert_eq!(r, record(expect, (expect % 700) as usize));
+                    expect += 1;
+                    popped += 1;
+                }
+                Item::Lost { .. } => {
+                    assert_eq!(expect, 30_001, "the marker comes after record 30 000");
+                    saw_marker = true;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(saw_marker);
+        assert_eq!(popped, n);
+        assert_eq!(
+            spool.backlog(),
+            Backlog {
+                records: 0,
+                on_disk: 0,
+                peak_disk_bytes: spool.backlog().peak_disk_bytes
+            }
+        );
+    }
+
+    #[test]
+    fn a_closed_empty_spool_returns_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path());
+        spool.close();
+        assert!(spool.pop(Duration::from_secs(600)).unwrap().is_none());
+    }
+}
