@@ -364,7 +364,7 @@ fn print_status(hub: &Hub, json: bool, end: Option<&End>) {
     let c = &hub.counters;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let step = end.map_or_else(|| hub.step(), |e| e.host_step);
-    let body = format!(
+    let mut body = format!(
         "step {step} viewers {} total {} resyncs {} stalled {} refused {} protocol-errors {} drift-requests {} queue-max {}/{}",
         get(&c.viewers),
         get(&c.viewers_total),
@@ -376,6 +376,9 @@ fn print_status(hub: &Hub, json: bool, end: Option<&End>) {
         get(&c.queue_max),
         hub.limits.queue,
     );
+    if c.recording.load(Ordering::Relaxed) {
+        body.push_str(&format!(" recorded {}", get(&c.recorded)));
+    }
     let mut obj = serde_json::json!({
         "event": if end.is_some() { "end" } else { "status" },
         "step": step,
@@ -388,6 +391,7 @@ fn print_status(hub: &Hub, json: bool, end: Option<&End>) {
         "drift_requests": get(&c.drift_requests),
         "queue_max": get(&c.queue_max),
         "queue_cap": hub.limits.queue,
+        "recorded": get(&c.recorded),
     });
     let plain = match end {
         Some(e) => {

@@ -40,10 +40,19 @@ const SLEEP_SLICE: Duration = Duration::from_millis(50);
 
 /// Flushes the host's recording when a flush is due (docs/replay-format.md, "The
 /// in-progress file": at least every 250 ms while the host runs, also when it waits).
-fn flush_due(recorder: &mut Option<Recorder>) -> Result<(), String> {
-    match recorder.as_mut().map(|r| r.flush_due(Instant::now())) {
-        Some(Err(e)) => Err(format!("cannot write the recording: {e}")),
-        _ => Ok(()),
+fn flush_due(hub: &Hub, recorder: &mut Option<Recorder>) -> Result<(), String> {
+    let Some(r) = recorder.as_mut() else {
+        return Ok(());
+    };
+    match r.flush_due(Instant::now()) {
+        Err(e) => Err(format!("cannot write the recording: {e}")),
+        Ok(true) => {
+            hub.counters
+                .recorded
+                .store(u64::from(r.steps()), std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+        Ok(false) => Ok(()),
     }
 }
 
@@ -75,6 +84,9 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
         },
         None => None,
     };
+    hub.counters
+        .recording
+        .store(recorder.is_some(), std::sync::atomic::Ordering::Relaxed);
     let mut stamps = match &plan.stamps {
         Some(p) => match std::fs::File::create(p) {
             Ok(f) => Some(std::io::BufWriter::new(f)),
@@ -93,7 +105,7 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
         && !cancel.is_cancelled()
     {
         std::thread::sleep(Duration::from_millis(5));
-        if let Err(e) = flush_due(&mut recorder) {
+        if let Err(e) = flush_due(&hub, &mut recorder) {
             let e = end(EndReason::HostError, e, source.world().step);
             hub.end(e.clone());
             return e;
@@ -123,7 +135,7 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
                 std::thread::sleep((due - now).min(SLEEP_SLICE));
                 now = Instant::now();
                 // A failing disk is reported by the next step's own flush.
-                let _ = flush_due(&mut recorder);
+                let _ = flush_due(&hub, &mut recorder);
             }
             if cancel.is_cancelled() {
                 continue;
@@ -190,13 +202,9 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
                     step + 1,
                 );
             }
-            if let Err(e) = r.flush_due(Instant::now()) {
-                break end(
-                    EndReason::HostError,
-                    format!("cannot write the recording: {e}"),
-                    step + 1,
-                );
-            }
+        }
+        if let Err(e) = flush_due(&hub, &mut recorder) {
+            break end(EndReason::HostError, e, step + 1);
         }
         done += 1;
     };

@@ -1,0 +1,382 @@
+//! Recordings that survive: a recording viewer or host killed with SIGKILL at moments
+//! chosen from the run itself leaves a `FILE.part` that `ostm-viewer recover` turns into
+//! a replay that verifies, starts at the attach step, and lacks at most the steps of the
+//! last second before the kill (known from the viewer's own `--json` status lines, one a
+//! second: everything verified before the status line printed one line before the kill
+//! is in the file). A planted fault (flushing switched off) turns the check red.
+//! Paths are checked before connecting.
+
+mod live_support;
+
+use live_support::*;
+use std::path::{Path, PathBuf};
+
+fn json(l: &str) -> serde_json::Value {
+    serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))
+}
+
+/// Every `.part` file in `dir`, sorted.
+fn parts(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "part"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// When to kill a recording viewer, chosen from what it printed.
+#[derive(Debug, Clone, Copy)]
+enum Moment {
+    /// As soon as it printed its `attached` line.
+    RightAfterAttach,
+    /// Right after its `n`-th status line (a status line follows a flush check).
+    AfterStatus(usize),
+}
+
+/// What a killed viewer's recording gave after `recover`.
+struct Killed {
+    attached: u64,
+    /// The step of the status line printed one line before the kill (the attach step
+    /// when fewer than two were printed).
+    safe_step: u64,
+    /// `(start, end)` of each recovered or finished file, in step order.
+    files: Vec<(u64, u64)>,
+    /// `recover` exit codes, one per `.part`.
+    recover_codes: Vec<i32>,
+}
+
+/// Attaches a recording viewer (`extra` added to its arguments) to `host`, kills it with
+/// SIGKILL at `moment`, then recovers every `.part` it left.
+fn kill_viewer(host: &Host, dir: &Path, moment: Moment, extra: &[&str]) -> Killed {
+    let rec = dir.join("k.ostm");
+    let mut args = vec![
+        "attach",
+        &host.addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let mut v = spawn_viewer(&args);
+    let first = json(&v.line().expect("attached line"));
+    assert_eq!(first["event"], "attached", "{first}");
+    let attached = first["step"].as_u64().unwrap();
+    let mut statuses: Vec<u64> = Vec::new();
+    if let Moment::AfterStatus(n) = moment {
+        while statuses.len() < n {
+            let l = json(&v.line().expect("a status line"));
+            if l["event"] == "status" {
+                statuses.push(l["step"].as_u64().unwrap());
+            }
+        }
+    }
+    let out = v.kill();
+    assert!(!out.status.success(), "killed");
+    let safe_step = if statuses.len() >= 2 {
+        statuses[statuses.len() - 2]
+    } else {
+        attached
+    };
+    let mut recover_codes = Vec::new();
+    for p in parts(dir) {
+        let o = viewer(&["recover", p.to_str().unwrap(), "--json"]);
+        recover_codes.push(code(&o));
+    }
+    let mut files: Vec<(u64, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ostm"))
+        .map(|p| {
+            let rows = default_rows(recording_end(&p));
+            let (start, n) = check_recording(&p, &rows);
+            (start, start + n as u64)
+        })
+        .collect();
+    files.sort();
+    Killed {
+        attached,
+        safe_step,
+        files,
+        recover_codes,
+    }
+}
+
+/// The property: every file verifies (checked while reading them), the first starts at
+/// the attach step, and the last reaches at least the safe step.
+fn holds(k: &Killed) -> Result<(), String> {
+    if k.recover_codes.iter().any(|&c| c != 0) {
+        return Err(format!("recover failed: {:?}", k.recover_codes));
+    }
+    let (Some(first), Some(last)) = (k.files.first(), k.files.last()) else {
+        return Err("no recording at all".into());
+    };
+    if first.0 != k.attached {
+        return Err(format!("starts at {}, attached at {}", first.0, k.attached));
+    }
+    if last.1 < k.safe_step {
+        return Err(format!(
+            "ends at step {}, but step {} was verified a second before the kill",
+            last.1, k.safe_step
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_killed_recording_viewer_is_recovered_at_every_moment() {
+    let host = Host::start(&["--rate", "600", "--status-ms", "0"]);
+    for (moment, extra) in [
+        (Moment::RightAfterAttach, &[][..]),
+        (Moment::AfterStatus(1), &[][..]),
+        (Moment::AfterStatus(2), &["--sync"][..]),
+        (Moment::AfterStatus(5), &[][..]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let k = kill_viewer(&host, dir.path(), moment, extra);
+        holds(&k).unwrap_or_else(|e| panic!("{moment:?} {extra:?}: {e}"));
+        assert_eq!(k.files.len(), 1, "{moment:?}: one file");
+        if let Moment::AfterStatus(n) = moment {
+            if n >= 2 {
+                assert!(k.safe_step > k.attached, "{moment:?}: the check has teeth");
+            }
+        }
+    }
+}
+
+/// Killed while its recording rotates files at every resync (a viewer that reads too
+/// slowly for the host): every file and every `.part` left is recovered and verifies.
+#[test]
+fn a_viewer_killed_during_resyncs_leaves_files_that_all_verify() {
+    let host = Host::start(&["--rate", "max", "--viewer-queue", "8", "--status-ms", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("k.ostm");
+    let mut v = spawn_viewer(&[
+        "attach",
+        &host.addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--json",
+        "--throttle-read",
+        "2000",
+    ]);
+    let first = json(&v.line().expect("attached"));
+    let attached = first["step"].as_u64().unwrap();
+    // Kill right after the third resync's rotation was announced.
+    let mut resyncs = 0;
+    while resyncs < 3 {
+        if json(&v.line().expect("a line"))["event"] == "resync" {
+            resyncs += 1;
+        }
+    }
+    v.kill();
+    for p in parts(dir.path()) {
+        let o = viewer(&["recover", p.to_str().unwrap()]);
+        assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    }
+    let mut starts = Vec::new();
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|e| e == "ostm") {
+            let (start, _) = check_recording(&p, &default_rows(recording_end(&p)));
+            starts.push(start);
+        }
+    }
+    starts.sort();
+    assert!(starts.len() >= 3, "a file per resync: {starts:?}");
+    assert_eq!(starts[0], attached);
+}
+
+/// The planted fault: with flushing switched off, the same kill late in the run loses
+/// the steps the flushes would have kept, and the check above turns red.
+#[test]
+fn without_flushing_the_recovery_check_fails() {
+    let host = Host::start(&["--rate", "600", "--status-ms", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let k = kill_viewer(
+        &host,
+        dir.path(),
+        Moment::AfterStatus(2),
+        &["--no-flush-for-tests"],
+    );
+    assert!(
+        holds(&k).is_err(),
+        "flushing off, yet the recording held every step verified a second before the kill"
+    );
+}
+
+/// The host killed while recording its own session: `recover` gives a replay from step 0
+/// that holds at least every step the host said it had flushed, and its flushes kept up
+/// with its steps (the planted fault leaves the count at 0).
+#[test]
+fn a_killed_recording_host_is_recovered() {
+    for (extra, faulty) in [(&[][..], false), (&["--no-flush-for-tests"][..], true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let rec = dir.path().join("h.ostm");
+        let mut args = vec![
+            "--rate",
+            "600",
+            "--json",
+            "--status-ms",
+            "200",
+            "--record",
+            rec.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let mut host = Host::start(&args);
+        let mut steps = Vec::new();
+        let mut flushed = 0;
+        while steps.len() < 12 {
+            let v = host.wait_status(|v| v["event"] == "status");
+            steps.push(v["step"].as_u64().unwrap());
+            flushed = v["recorded"].as_u64().unwrap();
+        }
+        host.signal("KILL");
+        let _ = host.wait();
+        let o = viewer(&["recover", &format!("{}.part", rec.display()), "--json"]);
+        if faulty {
+            // Nothing reached the file, or far less than the host stepped.
+            let reached = if code(&o) == 0 {
+                recording_end(&rec)
+            } else {
+                0
+            };
+            assert!(
+                reached < steps[steps.len() - 6] || flushed < steps[steps.len() - 6],
+                "flushing off, yet step {reached} was kept"
+            );
+            continue;
+        }
+        assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+        let r = ostm_protocol::Replay::read_file(&rec).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            r.verify(|_| {}),
+            ostm_protocol::Verdict::Match { .. }
+        ));
+        let (start, n) = (r.start_step(), r.step_count());
+        assert_eq!(start, 0);
+        assert_eq!(r.hashes.as_deref(), Some(&default_rows(n as u64)[..]));
+        assert!(
+            n as u64 >= flushed,
+            "kept {n} steps, the host had flushed {flushed}"
+        );
+        // Five status lines (a second) before the kill, the host's step was flushed.
+        assert!(
+            flushed >= steps[steps.len() - 6],
+            "flushed {flushed}, the step a second before was {}",
+            steps[steps.len() - 6]
+        );
+    }
+}
+
+#[test]
+fn recover_reports_what_it_kept_and_dropped_and_refuses_what_holds_nothing() {
+    let host = Host::start(&["--rate", "600", "--status-ms", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let k = kill_viewer(&host, dir.path(), Moment::AfterStatus(1), &[]);
+    holds(&k).unwrap();
+    // Make a torn copy by hand: the finished file's own in-progress form is gone, so
+    // record again and cut the .part in the middle of a record.
+    let rec = dir.path().join("t.ostm");
+    let mut v = spawn_viewer(&[
+        "attach",
+        &host.addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--json",
+    ]);
+    v.line().expect("attached");
+    v.wait_line(|l| l.contains("\"status\""));
+    v.kill();
+    let part = dir.path().join("t.ostm.part");
+    let len = std::fs::metadata(&part).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&part).unwrap();
+    f.set_len(len - 3).unwrap();
+    drop(f);
+    let o = viewer(&["recover", part.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.starts_with(&format!("recovered {}: ", rec.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains("dropped ") && text.contains("a torn last record"),
+        "{text}"
+    );
+    assert!(!part.exists(), "the .part is removed once recovered");
+    // Recovering again: nothing there.
+    let o = viewer(&["recover", part.to_str().unwrap()]);
+    assert_eq!(code(&o), 2);
+    // A .part whose header is cut: exit 2, why, at which offset.
+    std::fs::write(&part, b"OSTMPARTOSTM\x01\x00").unwrap();
+    let o = viewer(&["recover", part.to_str().unwrap(), "--force"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("nothing recoverable") && stderr(&o).contains("at offset 14"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn record_paths_are_checked_before_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens here: a path refusal must come first, without a connection attempt.
+    let nowhere = "127.0.0.1:9";
+    let d = dir.path().to_str().unwrap().to_string();
+    let o = viewer(&["attach", nowhere, "--record", &d]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("is a directory"), "{}", stderr(&o));
+    let missing = dir.path().join("no/such/dir/s.ostm");
+    let o = viewer(&["attach", nowhere, "--record", missing.to_str().unwrap()]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    let o = viewer(&["attach", nowhere, "--record", "/proc/s.ostm"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("cannot record to /proc/s.ostm"),
+        "{}",
+        stderr(&o)
+    );
+    let existing = dir.path().join("e.ostm");
+    std::fs::write(&existing, b"keep me").unwrap();
+    let o = viewer(&["attach", nowhere, "--record", existing.to_str().unwrap()]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("exists; --force overwrites it"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read(&existing).unwrap(),
+        b"keep me",
+        "nothing lost"
+    );
+    // With --force the path passes; the connection then fails, and nothing is left.
+    let o = viewer(&[
+        "attach",
+        nowhere,
+        "--record",
+        existing.to_str().unwrap(),
+        "--force",
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+    assert_eq!(parts(dir.path()), Vec::<PathBuf>::new());
+    // The host checks the same before it listens.
+    let o = run(std::process::Command::new(host_bin()).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--record",
+        existing.to_str().unwrap(),
+    ]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("exists; --force overwrites it"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
