@@ -380,3 +380,128 @@ fn record_paths_are_checked_before_connecting() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A host at full speed and a recording viewer with the host's default queue: the
+/// viewer reads as fast as the bytes come (its verification may trail, the records wait
+/// in its spool), so it is never resynced and one file holds every step from its attach
+/// step to the host's last, all verified.
+#[test]
+fn a_full_speed_host_is_recorded_in_one_file_without_a_gap() {
+    const STEPS: u64 = 200_000;
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("fast.ostm");
+    let host = Host::start(&[
+        "--rate",
+        "max",
+        "--steps",
+        &STEPS.to_string(),
+        "--viewer-queue",
+        "256",
+        "--status-ms",
+        "0",
+        "--wait-for-viewers",
+        "1",
+    ]);
+    let out = viewer(&[
+        "attach",
+        &host.addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let end = json(stdout(&out).lines().last().unwrap());
+    assert_eq!(end["stop"], "host-ended", "{end}");
+    assert_eq!(end["resyncs"], 0, "{end}");
+    assert_eq!(end["files"].as_array().unwrap().len(), 1, "{end}");
+    assert_eq!(end["verified"], STEPS, "{end}");
+    let (start, n) = check_recording(&rec, &default_rows(STEPS));
+    assert_eq!((start, start + n as u64), (0, STEPS));
+    let (status, _, _) = host.wait();
+    assert!(status.success());
+}
+
+/// Reads a `--json` viewer's lines until `pred` holds for one.
+fn until_event(v: &mut Proc, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let l = v.wait_line(|l| pred(&json(l)));
+    json(&l)
+}
+
+/// A viewer stopped (SIGSTOP) for 15 s, longer than the host's stall and silence
+/// timeouts, then resumed: it reads what waited in its socket, finds the connection
+/// dropped, reconnects, and carries on verifying and recording; every file verifies.
+#[test]
+fn a_paused_viewer_reconnects_and_carries_on() {
+    let host = Host::start(&["--rate", "300", "--status-ms", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("p.ostm");
+    let mut v = spawn_viewer(&[
+        "attach",
+        &host.addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--reconnect",
+        "--json",
+    ]);
+    until_event(&mut v, |e| e["event"] == "status");
+    v.signal("STOP");
+    std::thread::sleep(std::time::Duration::from_secs(15));
+    v.signal("CONT");
+    let gap = until_event(&mut v, |e| e["event"] == "gap" || e["event"] == "resync");
+    let after = until_event(&mut v, |e| e["event"] == "status");
+    let resumed_at = gap["to"].as_u64().unwrap();
+    until_event(&mut v, |e| {
+        e["event"] == "status" && e["step"].as_u64().unwrap() > resumed_at + 300
+    });
+    v.signal("INT");
+    let out = v.finish();
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let end = json(stdout(&out).lines().last().unwrap());
+    assert_eq!(end["stop"], "interrupted", "{end}");
+    assert!(after["verified"].as_u64().unwrap() > 0);
+    let files = end["files"].as_array().unwrap();
+    assert!(files.len() >= 2, "a new file after the gap: {end}");
+    for f in files {
+        let p = PathBuf::from(f["path"].as_str().unwrap());
+        check_recording(&p, &default_rows(recording_end(&p)));
+    }
+}
+
+/// The host killed and started again on the same port: a `--reconnect` viewer reports
+/// the gap, joins the new host at its step, and its two files verify.
+#[test]
+fn a_reconnecting_viewer_rides_out_a_restarted_host() {
+    let host = Host::start(&["--rate", "300", "--status-ms", "0"]);
+    let addr = host.addr.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("r.ostm");
+    let mut v = spawn_viewer(&[
+        "attach",
+        &addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--reconnect",
+        "--json",
+    ]);
+    until_event(&mut v, |e| e["event"] == "status");
+    host.signal("KILL");
+    let _ = host.wait();
+    let again = Host::start_at(&addr, &["--rate", "300", "--status-ms", "0"], &[]);
+    let gap = until_event(&mut v, |e| e["event"] == "gap");
+    assert!(gap["why"].as_str().unwrap().len() > 5, "{gap}");
+    assert_eq!(gap["file"], numbered(&rec, 1).to_str().unwrap());
+    let to = gap["to"].as_u64().unwrap();
+    until_event(&mut v, |e| {
+        e["event"] == "status" && e["step"].as_u64().unwrap() > to + 100
+    });
+    v.signal("INT");
+    let out = v.finish();
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let end = json(stdout(&out).lines().last().unwrap());
+    assert_eq!(end["gaps"].as_array().unwrap().len(), 1, "{end}");
+    for n in 0..2 {
+        let p = numbered(&rec, n);
+        check_recording(&p, &default_rows(recording_end(&p)));
+    }
+    drop(again);
+}

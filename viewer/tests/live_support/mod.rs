@@ -50,6 +50,12 @@ impl Host {
     /// [`ROOMY_QUEUE`] records, so a viewer descheduled for a while on a loaded machine
     /// is not resynced in a test that is not about resync.
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Host {
+        Host::start_at("127.0.0.1:0", args, env)
+    }
+
+    /// [`Host::start_env`] on a given address (to start a host again on a port a stopped
+    /// one used).
+    pub fn start_at(listen: &str, args: &[&str], env: &[(&str, &str)]) -> Host {
         let queue: &[&str] = if args.contains(&"--viewer-queue") {
             &[]
         } else {
@@ -57,7 +63,7 @@ impl Host {
         };
         let mut proc = Proc::spawn(
             Command::new(host_bin())
-                .args(["serve", "--listen", "127.0.0.1:0"])
+                .args(["serve", "--listen", listen])
                 .args(queue)
                 .args(args)
                 .envs(env.iter().copied()),
