@@ -94,7 +94,9 @@ fn a_planted_one_unit_difference_is_reported_at_its_step_body_and_field() {
     assert_eq!(
         out.trim(),
         format!(
-            "first difference at step 123 (row 123): body 2 velocity.y: A {vy}, B {}",
+            "first difference at step 123 (row 123): body 2 velocity.y: A {vy}, B {}\n\
+             compared steps 0..=123 (124 rows); A holds 0..=123 so far (not read to its end), \
+             B holds 0..=123 so far (not read to its end)",
             vy + 1
         )
     );
@@ -109,7 +111,14 @@ fn a_planted_one_unit_difference_is_reported_at_its_step_body_and_field() {
     // Unplanted: identical, whether each side is a trace or a replay.
     for (x, y) in [(&a, &a), (&path, &a), (&a, &path), (&path, &path)] {
         let (code, out, err) = run(&["first-difference", s(x), s(y)]);
-        assert_eq!((code, out.trim()), (0, "identical (401 rows)"), "{err}");
+        assert_eq!(
+            (code, out.trim()),
+            (
+                0,
+                "identical (steps 0..=400 compared, 401 rows; A holds 0..=400, B holds 0..=400)"
+            ),
+            "{err}"
+        );
     }
 }
 
@@ -133,7 +142,264 @@ fn two_replays_that_part_are_compared_on_the_fly() {
     // differs first in gravity: 3 against 4.
     assert_eq!(
         out.trim(),
-        "first difference at step 201 (row 201): gravity: A 3, B 4"
+        "first difference at step 201 (row 201): gravity: A 3, B 4\n\
+         compared steps 0..=201 (202 rows); A holds 0..=400, B holds 0..=400"
+    );
+}
+
+/// `testdata/test-10000.ostm`: the embedded world (3D, 24 bodies, seed 10000), 10 000 steps.
+fn test_10000() -> Replay {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/test-10000.ostm");
+    Replay::read_file(&path).expect("read test-10000")
+}
+
+/// What a viewer attached at step `from` and stopped at step `to` records of `r`: the world
+/// at `from` as its start snapshot (none from step 0), the inputs of steps `from..to`, the
+/// rows of steps `from..=to`.
+fn cut(r: &Replay, from: usize, to: usize) -> Replay {
+    let mut out = Replay::new(r.setup, r.link);
+    if from > 0 {
+        let mut w = r.start_world();
+        for i in 0..from {
+            w.step(&r.inputs.ops(i));
+        }
+        out.start = Some(w);
+    }
+    for i in from..to {
+        out.inputs.push_ops(&r.inputs.ops(i));
+    }
+    out.hashes = Some(r.hashes.as_ref().expect("rows")[from..=to].to_vec());
+    out
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn replays_that_start_at_different_steps_are_compared_by_step_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = test_10000();
+    let a = write(dir.path(), "a.ostm", &cut(&full, 0, 3000));
+    let b = write(dir.path(), "b.ostm", &cut(&full, 417, 5000));
+    // Each verifies on its own.
+    for p in [&a, &b] {
+        let (code, out, err) = run(&["verify", s(p)]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let (code, out, err) = run(&["first-difference", s(&a), s(&b)]);
+    assert_eq!(
+        (code, out.trim()),
+        (
+            0,
+            "identical (steps 417..=3000 compared, 2584 rows; A holds 0..=3000, B holds 417..=5000)"
+        ),
+        "{err}"
+    );
+    let (code, out, _) = run(&["first-difference", s(&b), s(&a), "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let v = json(&out);
+    assert_eq!(v["identical"], true);
+    assert_eq!(v["result"], "identical");
+    assert_eq!(v["rows"], 2584);
+    assert_eq!(
+        (&v["compared"]["first"], &v["compared"]["last"]),
+        (&417.into(), &3000.into())
+    );
+    assert_eq!(
+        (&v["a_steps"]["first"], &v["a_steps"]["last"]),
+        (&417.into(), &5000.into())
+    );
+    assert_eq!(
+        (&v["b_steps"]["first"], &v["b_steps"]["last"]),
+        (&0.into(), &3000.into())
+    );
+
+    // A trace starts where its rows start: steps 1000..=1100 of the same world.
+    let t = dir.path().join("t.trace");
+    let (code, _, err) = run(&[
+        "trace",
+        s(&dir.path().join("b.ostm")),
+        "--from",
+        "1000",
+        "--to",
+        "1100",
+        "-o",
+        s(&t),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&["first-difference", s(&t), s(&a)]);
+    assert_eq!(
+        (code, out.trim()),
+        (
+            0,
+            "identical (steps 1000..=1100 compared, 101 rows; A holds 1000..=1100, B holds 0..=3000)"
+        ),
+        "{err}"
+    );
+
+    // A planted difference in B's input at step 1000 (its rows made to match it): found at
+    // step 1001, row 1001 of A and row 584 of B.
+    let mut changed = cut(&full, 417, 5000);
+    let mut planted = Replay::new(changed.setup, changed.link);
+    planted.start = changed.start.take();
+    for i in 0..changed.step_count() {
+        let mut ops = changed.inputs.ops(i);
+        if i == 1000 - 417 {
+            ops.push(Op::Gravity { g: 123 });
+        }
+        planted.inputs.push_ops(&ops);
+    }
+    planted.compute_hashes();
+    let p = write(dir.path(), "planted.ostm", &planted);
+    let (code, out, _) = run(&["first-difference", s(&a), s(&p)]);
+    assert_eq!(code, 1, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("first difference at step 1001 (A row 1001, B row 584): gravity: A "),
+        "{out}"
+    );
+    assert!(lines[0].ends_with(", B 123"), "{out}");
+    assert_eq!(
+        lines[1],
+        "compared steps 417..=1001 (585 rows); A holds 0..=3000, B holds 417..=5000"
+    );
+    let (_, out, _) = run(&["first-difference", s(&a), s(&p), "--json"]);
+    let v = json(&out);
+    assert_eq!(
+        (
+            &v["result"],
+            &v["step"],
+            &v["a_row"],
+            &v["b_row"],
+            &v["field"]
+        ),
+        (
+            &"different".into(),
+            &1001.into(),
+            &1001.into(),
+            &584.into(),
+            &"gravity".into()
+        )
+    );
+}
+
+#[test]
+fn a_stored_row_its_own_replay_does_not_reproduce_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = test_10000();
+    let a = write(dir.path(), "a.ostm", &cut(&full, 0, 3000));
+    // B's row at step 2000 (its row 1583) one off: the run of B still equals A there.
+    let mut b = cut(&full, 417, 5000);
+    let rows = b.hashes.as_mut().unwrap();
+    let good = rows[1583];
+    rows[1583] = good.wrapping_add(1);
+    let b = write(dir.path(), "b.ostm", &b);
+    let (code, out, err) = run(&["first-difference", s(&a), s(&b)]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(
+        out.trim(),
+        format!(
+            "B does not reproduce its own hash row at step 2000 (row 1583 of {}): the file has {:016x}, its run computed {good:016x}\n\
+             compared steps 417..=1999 (1583 rows); A holds 0..=3000, B holds 417..=5000",
+            b.display(),
+            good.wrapping_add(1)
+        )
+    );
+    let (code, out, _) = run(&["first-difference", s(&b), s(&a), "--json"]);
+    assert_eq!(code, 1);
+    let v = json(&out);
+    assert_eq!(v["result"], "stored_row_differs");
+    assert_eq!(v["identical"], false);
+    let r = &v["stored_row"];
+    assert_eq!(
+        (&r["input"], &r["file"], &r["step"], &r["row"]),
+        (&"A".into(), &s(&b).into(), &2000.into(), &1583.into())
+    );
+    assert_eq!(r["stored"], format!("{:016x}", good.wrapping_add(1)));
+    assert_eq!(r["computed"], format!("{good:016x}"));
+
+    // A row outside the common steps (B's step 4500, past A's last step) is checked too:
+    // each input is read to its end.
+    let mut late = cut(&full, 417, 5000);
+    late.hashes.as_mut().unwrap()[4500 - 417] ^= 1 << 63;
+    let late = write(dir.path(), "late.ostm", &late);
+    let (code, out, _) = run(&["first-difference", s(&a), s(&late)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.starts_with("B does not reproduce its own hash row at step 4500 (row 4083 of "),
+        "{out}"
+    );
+    assert!(
+        out.contains("compared steps 417..=3000 (2584 rows)"),
+        "{out}"
+    );
+}
+
+/// The planted fault of the old comparison: test-10000 against itself with one stored row
+/// changed came out "identical", the rows being ignored.
+#[test]
+fn one_changed_stored_row_is_not_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = test_10000();
+    let mut one = full.clone();
+    let good = full.hashes.as_ref().unwrap()[7321];
+    one.hashes.as_mut().unwrap()[7321] ^= 0x40;
+    let one = write(dir.path(), "one.ostm", &one);
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/test-10000.ostm");
+    let (code, out, _) = run(&["first-difference", s(&src), s(&one)]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(
+        out.trim(),
+        format!(
+            "B does not reproduce its own hash row at step 7321 (row 7321 of {}): the file has {:016x}, its run computed {good:016x}\n\
+             compared steps 0..=7320 (7321 rows); A holds 0..=10000, B holds 0..=10000",
+            one.display(),
+            good ^ 0x40
+        )
+    );
+    // And the other way round: A is named.
+    let (code, out, _) = run(&["first-difference", s(&one), s(&src), "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v = json(&out);
+    assert_eq!(v["stored_row"]["input"], "A");
+    assert_eq!(v["stored_row"]["step"], 7321);
+}
+
+#[test]
+fn replays_with_no_step_in_common_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = test_10000();
+    let a = write(dir.path(), "a.ostm", &cut(&full, 0, 300));
+    let b = write(dir.path(), "b.ostm", &cut(&full, 417, 900));
+    let (code, out, err) = run(&["first-difference", s(&a), s(&b)]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains(&format!(
+            "error: no step in common: A ({}) holds 0..=300, B ({}) holds 417..=900; nothing to compare",
+            a.display(),
+            b.display()
+        )),
+        "{err}"
+    );
+    let (code, out, _) = run(&["first-difference", s(&b), s(&a), "--json"]);
+    assert_eq!(code, 2);
+    let v = json(&out);
+    assert_eq!(v["result"], "no_common_step");
+    assert_eq!(v["identical"], false);
+    assert!(v["compared"].is_null());
+    assert_eq!(
+        (&v["a_steps"]["first"], &v["b_steps"]["last"]),
+        (&417.into(), &300.into())
+    );
+    // Touching at one step is a step in common.
+    let c = write(dir.path(), "c.ostm", &cut(&full, 300, 400));
+    let (code, out, err) = run(&["first-difference", s(&a), s(&c)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("identical (steps 300..=300 compared, 1 row;"),
+        "{out}"
     );
 }
 
