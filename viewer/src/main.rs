@@ -34,7 +34,7 @@ struct Cli {
 enum Command {
     /// Parse and validate a replay, print its header, flags, setup and op counts.
     Inspect(cmd::inspect::Args),
-    /// Run a replay and compare every hash row by step number.
+    /// Run a replay (or the numbered files of one session) and compare every hash row by step number.
     Verify(cmd::verify::Args),
     /// Attach to a live host at any step, verify every step by number, record, report drift.
     Attach(cmd::attach::Args),
