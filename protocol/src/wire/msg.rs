@@ -9,7 +9,9 @@ use crate::cursor::Cursor;
 use crate::error::FormatError;
 use crate::link::Link;
 use crate::op::for_each_op;
-use crate::world::{Setup, World, MAX_SNAPSHOT_BYTES, SETUP_BYTES};
+use crate::world::{
+    Setup, World, BODY_BYTES, MAX_SNAPSHOT_BYTES, SETUP_BYTES, SNAPSHOT_HEADER_BYTES,
+};
 use bytes::{BufMut, Bytes, BytesMut};
 
 /// The largest probe snapshot: setup, a 64-body snapshot, a link block.
@@ -209,17 +211,26 @@ pub fn probe_bytes(world: &World) -> Vec<u8> {
     out
 }
 
-/// Reads a probe snapshot of `len` bytes (link block last when `has_link`).
+/// Reads a probe snapshot of `len` bytes (link block last when `has_link`); `len_at` is
+/// the offset of its length field, where a length of the wrong shape is refused.
 fn read_probe(
     c: &mut Cursor<'_>,
     input: &str,
     len: usize,
+    len_at: u64,
     has_link: bool,
 ) -> Result<World, FormatError> {
     let at = c.offset();
     let link_len = if has_link { Link::LEN } else { 0 };
-    if len > MAX_PROBE_BYTES || len < SETUP_BYTES + link_len {
-        return Err(c.error_at(at, format!("expected a probe snapshot of at most {MAX_PROBE_BYTES} bytes holding a setup, found length {len}")));
+    // setup, snapshot header, 1..=64 bodies, the link block.
+    let fixed = SETUP_BYTES + SNAPSHOT_HEADER_BYTES + link_len;
+    let (min, max) = (fixed + BODY_BYTES, fixed + 64 * BODY_BYTES);
+    if len < min || len > max || (len - fixed) % BODY_BYTES != 0 {
+        let with = if has_link { "with" } else { "without" };
+        return Err(c.error_at(
+            len_at,
+            format!("expected probe snapshot length 6 + 12 + 32 x (1..=64){} ({min}..={max}, {with} a link block), found {len}", if has_link { " + 4" } else { "" }),
+        ));
     }
     let raw = c.take(len, "probe snapshot")?;
     let mut p = Cursor::new(input, raw, at);
@@ -253,8 +264,9 @@ fn get_probe(c: &mut Cursor<'_>, input: &str) -> Result<World, FormatError> {
             format!("expected probe flags 0 or 1, found {flags}"),
         ));
     }
+    let len_at = c.offset();
     let len = c.u32("probe snapshot length")? as usize;
-    read_probe(c, input, len, flags == 1)
+    read_probe(c, input, len, len_at, flags == 1)
 }
 
 fn read_text(c: &mut Cursor<'_>) -> Result<String, FormatError> {

@@ -438,17 +438,31 @@ fn refuses_a_probe_with_a_bad_snapshot() {
     );
 }
 
+/// A probe length is refused at its own field (offset 7: the frame's length, type, kind
+/// and flags come first) unless it is `6 + 12 + 32 x n (+ 4 with a link block)`, `n` in
+/// 1..=64; 49 and 51 fail there, not later under another rule.
 #[test]
-fn refuses_an_oversized_probe_length() {
-    let mut p = vec![0x82, 0, 0];
-    p.extend_from_slice(&100_000u32.to_le_bytes());
-    let mut src = BytesMut::from(&frame(&p)[..]);
-    let e = ViewerCodec::new("host").decode(&mut src).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("at offset 11: expected a probe snapshot of at most 2070 bytes"),
-        "{e}"
-    );
+fn refuses_a_probe_length_of_the_wrong_shape_at_its_own_offset() {
+    for (flags, len, range) in [
+        (0u8, 100_000u32, "50..=2066, without"),
+        (0, 49, "50..=2066, without"),
+        (0, 51, "50..=2066, without"),
+        (0, 2098, "50..=2066, without"),
+        (1, 50, "54..=2070, with"),
+        (1, 2074, "54..=2070, with"),
+    ] {
+        let mut p = vec![0x82, 0, flags];
+        p.extend_from_slice(&len.to_le_bytes());
+        p.extend(vec![0u8; 60]);
+        let mut src = BytesMut::from(&frame(&p)[..]);
+        let e = ViewerCodec::new("host").decode(&mut src).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "host: at offset 7: expected probe snapshot length 6 + 12 + 32 x (1..=64)"
+            )) && e.to_string().contains(&format!("({range} a link block), found {len}")),
+            "{len}: {e}"
+        );
+    }
 }
 
 #[test]
