@@ -28,8 +28,11 @@ use tracing::{info, warn};
 
 /// Default cap on connected viewers.
 pub const DEFAULT_MAX_VIEWERS: usize = 256;
-/// Default records queued per viewer before it is resynced.
-pub const DEFAULT_QUEUE: u32 = 256;
+/// Default records queued per viewer before it is resynced: at `--rate max` (about
+/// 1.5 million steps a second) about 40 ms of slack, enough for a viewer on a busy
+/// machine that is descheduled for a few time slices; at 60 steps/s far more than the
+/// stall timeout. Slots are allocated only as a queue fills.
+pub const DEFAULT_QUEUE: u32 = 65_536;
 /// Default recent worlds held for drift requests.
 pub const DEFAULT_RING: u32 = 512;
 /// How long the host waits, once the stream has ended, for connections to deliver what

@@ -95,7 +95,7 @@ pub struct Body {
 }
 
 /// A world: its setup and link, the step it is at, gravity, and its body slots.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct World {
     setup: Setup,
     link: Option<Link>,
@@ -103,6 +103,28 @@ pub struct World {
     pub step: u64,
     pub gravity: i32,
     pub bodies: Vec<Body>,
+}
+
+impl Clone for World {
+    fn clone(&self) -> World {
+        World {
+            setup: self.setup,
+            link: self.link,
+            step: self.step,
+            gravity: self.gravity,
+            bodies: self.bodies.clone(),
+        }
+    }
+
+    /// Reuses `self`'s body buffer (a verifier keeps the world before each step this way
+    /// without allocating).
+    fn clone_from(&mut self, other: &World) {
+        self.setup = other.setup;
+        self.link = other.link;
+        self.step = other.step;
+        self.gravity = other.gravity;
+        self.bodies.clone_from(&other.bodies);
+    }
 }
 
 /// The four stages of a step, in order.

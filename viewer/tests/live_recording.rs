@@ -381,7 +381,7 @@ fn record_paths_are_checked_before_connecting() {
     );
 }
 
-/// A host at full speed and a recording viewer with the host's default queue: the
+/// A host at full speed and a recording viewer, with the host's default queue: the
 /// viewer reads as fast as the bytes come (its verification may trail, the records wait
 /// in its spool), so it is never resynced and one file holds every step from its attach
 /// step to the host's last, all verified.
@@ -395,8 +395,6 @@ fn a_full_speed_host_is_recorded_in_one_file_without_a_gap() {
         "max",
         "--steps",
         &STEPS.to_string(),
-        "--viewer-queue",
-        "256",
         "--status-ms",
         "0",
         "--wait-for-viewers",

@@ -27,6 +27,8 @@ pub const SILENCE: Duration = Duration::from_millis(SILENCE_TIMEOUT_MS as u64);
 /// The first wait before reconnecting; each failed attempt doubles it up to
 /// [`RECONNECT_MAX_WAIT`].
 pub const RECONNECT_FIRST_WAIT: Duration = Duration::from_millis(250);
+/// Messages the reader hands to the spool at once, at most.
+const BATCH: usize = 1024;
 /// The longest wait between two reconnection attempts.
 pub const RECONNECT_MAX_WAIT: Duration = Duration::from_secs(5);
 
@@ -265,77 +267,94 @@ impl Reader {
         let reader = async {
             let started = tokio::time::Instant::now();
             let mut records: u64 = 0;
+            let mut batch: Vec<Item> = Vec::with_capacity(BATCH);
             loop {
                 let deadline = tokio::time::Instant::now() + SILENCE;
                 // What has already arrived is read before the silence is judged: the
                 // read comes first, so a viewer paused for longer than the silence
                 // timeout reads what waits in its socket when it resumes.
-                let m = tokio::select! {
+                let mut m = tokio::select! {
                     biased;
                     m = stream.next() => m,
                     _ = tokio::time::sleep_until(deadline) => {
                         return Ended::Lost(format!("the host sent nothing for {SILENCE_TIMEOUT_MS} ms"));
                     }
                 };
-                let msg = match m {
-                    None => {
-                        return Ended::Lost(
-                            "the host closed the connection without an end message".into(),
-                        )
-                    }
-                    Some(Err(WireError::Format(e))) => {
-                        return Ended::Broken(format!("protocol error: {e}"))
-                    }
-                    Some(Err(WireError::Io(e))) => {
-                        return Ended::Lost(format!("connection lost: {e}"))
-                    }
-                    Some(Ok(m)) => m,
-                };
-                let item = match msg {
-                    ToViewer::Record(r) => {
-                        shared
-                            .host_step
-                            .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
-                        if let Some(per_second) = throttle {
-                            records += 1;
-                            let due = started
-                                + Duration::from_secs_f64(
-                                    records as f64 / per_second.max(1) as f64,
-                                );
-                            tokio::time::sleep_until(due).await;
+                // Everything already decoded or waiting is taken in one go and handed to
+                // the spool under one lock.
+                loop {
+                    let msg = match m {
+                        None => {
+                            return Ended::Lost(
+                                "the host closed the connection without an end message".into(),
+                            )
                         }
-                        Item::Record(r)
-                    }
-                    ToViewer::Snapshot {
-                        kind: SnapshotKind::Resync,
-                        world,
-                    } => {
-                        debug!(to = world.step, "resync snapshot");
-                        shared.host_step.fetch_max(world.step, Ordering::Relaxed);
-                        Item::Resync(world)
-                    }
-                    ToViewer::Heartbeat { host_step } => {
-                        shared.host_step.fetch_max(host_step, Ordering::Relaxed);
-                        continue;
-                    }
-                    ToViewer::DriftReply(d) => {
-                        let _ = replies.send(Some(d));
-                        continue;
-                    }
-                    ToViewer::End(e) => {
-                        if spool.push(Item::End(e.clone())).is_err() {
-                            return Ended::Broken("cannot spool the host's end message".into());
+                        Some(Err(WireError::Format(e))) => {
+                            return Ended::Broken(format!("protocol error: {e}"))
                         }
-                        return Ended::End(e);
+                        Some(Err(WireError::Io(e))) => {
+                            return Ended::Lost(format!("connection lost: {e}"))
+                        }
+                        Some(Ok(m)) => m,
+                    };
+                    match msg {
+                        ToViewer::Record(r) => {
+                            shared
+                                .host_step
+                                .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
+                            batch.push(Item::Record(r));
+                            if let Some(per_second) = throttle {
+                                records += 1;
+                                let due = started
+                                    + Duration::from_secs_f64(
+                                        records as f64 / per_second.max(1) as f64,
+                                    );
+                                if let Err(e) = spool.push_all(&mut batch) {
+                                    return Ended::Broken(format!(
+                                        "cannot spool the host's records to disk: {e}"
+                                    ));
+                                }
+                                tokio::time::sleep_until(due).await;
+                            }
+                        }
+                        ToViewer::Snapshot {
+                            kind: SnapshotKind::Resync,
+                            world,
+                        } => {
+                            debug!(to = world.step, "resync snapshot");
+                            shared.host_step.fetch_max(world.step, Ordering::Relaxed);
+                            batch.push(Item::Resync(world));
+                        }
+                        ToViewer::Heartbeat { host_step } => {
+                            shared.host_step.fetch_max(host_step, Ordering::Relaxed);
+                        }
+                        ToViewer::DriftReply(d) => {
+                            let _ = replies.send(Some(d));
+                        }
+                        ToViewer::End(e) => {
+                            batch.push(Item::End(e.clone()));
+                            if spool.push_all(&mut batch).is_err() {
+                                return Ended::Broken("cannot spool the host's end message".into());
+                            }
+                            return Ended::End(e);
+                        }
+                        other => {
+                            let _ = spool.push_all(&mut batch);
+                            return Ended::Broken(format!(
+                                "protocol error: {} in the middle of the stream",
+                                name(&other)
+                            ));
+                        }
                     }
-                    other => {
-                        return Ended::Broken(format!(
-                            "protocol error: {} in the middle of the stream",
-                            name(&other)
-                        ))
+                    if batch.len() >= BATCH {
+                        break;
                     }
-                };
-                if let Err(e) = spool.push(item) {
+                    match futures::FutureExt::now_or_never(stream.next()) {
+                        Some(next) => m = next,
+                        None => break,
+                    }
+                }
+                if let Err(e) = spool.push_all(&mut batch) {
                     return Ended::Broken(format!("cannot spool the host's records to disk: {e}"));
                 }
             }

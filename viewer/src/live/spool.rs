@@ -60,6 +60,71 @@ struct Inner {
     records: u64,
     disk: Disk,
     closed: bool,
+    /// The verifier is waiting for an item (a push must wake it).
+    waiting: bool,
+    /// `OnDisk` entries in `queue`.
+    disk_runs: usize,
+    /// Records in the file.
+    on_disk: u64,
+}
+
+impl Inner {
+    fn push(&mut self, dir: &Path, item: Item) -> io::Result<()> {
+        match item {
+            Item::Record(r) => {
+                let cost = r.input.len() + RECORD_OVERHEAD;
+                let spilling = matches!(self.queue.back(), Some(Entry::OnDisk(_)));
+                if spilling || self.mem_bytes + cost > MEMORY_BYTES {
+                    self.disk.append(dir, &r)?;
+                    self.on_disk += 1;
+                    match self.queue.back_mut() {
+                        Some(Entry::OnDisk(n)) => *n += 1,
+                        _ => {
+                            self.queue.push_back(Entry::OnDisk(1));
+                            self.disk_runs += 1;
+                        }
+                    }
+                } else {
+                    self.mem_bytes += cost;
+                    self.queue.push_back(Entry::Item(Item::Record(r)));
+                }
+                self.records += 1;
+            }
+            other => self.queue.push_back(Entry::Item(other)),
+        }
+        Ok(())
+    }
+
+    fn pop(&mut self) -> io::Result<Option<Item>> {
+        let item = match self.queue.front_mut() {
+            None => return Ok(None),
+            Some(Entry::OnDisk(n)) => {
+                let r = self.disk.take()?;
+                self.on_disk -= 1;
+                *n -= 1;
+                if *n == 0 {
+                    self.queue.pop_front();
+                    self.disk_runs -= 1;
+                    if self.disk_runs == 0 {
+                        self.disk.reset()?;
+                    }
+                }
+                self.records -= 1;
+                Item::Record(r)
+            }
+            Some(Entry::Item(_)) => match self.queue.pop_front() {
+                Some(Entry::Item(item)) => {
+                    if let Item::Record(r) = &item {
+                        self.mem_bytes -= r.input.len() + RECORD_OVERHEAD;
+                        self.records -= 1;
+                    }
+                    item
+                }
+                _ => return Ok(None),
+            },
+        };
+        Ok(Some(item))
+    }
 }
 
 /// The spill file: records at `[read, written + pending.len())`.
@@ -112,6 +177,9 @@ impl Spool {
                     peak: 0,
                 },
                 closed: false,
+                waiting: false,
+                disk_runs: 0,
+                on_disk: 0,
             }),
             ready: Condvar::new(),
             dir: dir.to_path_buf(),
@@ -127,28 +195,24 @@ impl Spool {
     /// # Errors
     /// The spill file cannot be created or written.
     pub fn push(&self, item: Item) -> io::Result<()> {
+        self.push_all(&mut vec![item])
+    }
+
+    /// Appends every item of `items` in order, under one lock, and empties it.
+    ///
+    /// # Errors
+    /// The spill file cannot be created or written.
+    pub fn push_all(&self, items: &mut Vec<Item>) -> io::Result<()> {
         let mut g = self.lock();
         let inner = &mut *g;
-        match item {
-            Item::Record(r) => {
-                let cost = r.input.len() + RECORD_OVERHEAD;
-                let spilling = matches!(inner.queue.back(), Some(Entry::OnDisk(_)));
-                if spilling || inner.mem_bytes + cost > MEMORY_BYTES {
-                    inner.disk.append(&self.dir, &r)?;
-                    match inner.queue.back_mut() {
-                        Some(Entry::OnDisk(n)) => *n += 1,
-                        _ => inner.queue.push_back(Entry::OnDisk(1)),
-                    }
-                } else {
-                    inner.mem_bytes += cost;
-                    inner.queue.push_back(Entry::Item(Item::Record(r)));
-                }
-                inner.records += 1;
-            }
-            other => inner.queue.push_back(Entry::Item(other)),
+        for item in items.drain(..) {
+            inner.push(&self.dir, item)?;
         }
+        let wake = inner.waiting;
         drop(g);
-        self.ready.notify_one();
+        if wake {
+            self.ready.notify_one();
+        }
         Ok(())
     }
 
@@ -164,55 +228,48 @@ impl Spool {
     /// # Errors
     /// A record cannot be read back from the spill file.
     pub fn pop(&self, wait: Duration) -> io::Result<Option<Item>> {
+        let mut out = VecDeque::new();
+        self.pop_into(wait, &mut out, 1)?;
+        Ok(out.pop_front())
+    }
+
+    /// Moves up to `max` items, in order, to the back of `out`, waiting at most `wait` for
+    /// the first; returns how many it moved (0: none came in time, or closed and empty).
+    ///
+    /// # Errors
+    /// A record cannot be read back from the spill file.
+    pub fn pop_into(
+        &self,
+        wait: Duration,
+        out: &mut VecDeque<Item>,
+        max: usize,
+    ) -> io::Result<usize> {
         let mut g = self.lock();
         if g.queue.is_empty() && !g.closed {
+            g.waiting = true;
             g = self
                 .ready
                 .wait_timeout(g, wait)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            g.waiting = false;
         }
         let inner = &mut *g;
-        let item = match inner.queue.front_mut() {
-            None => return Ok(None),
-            Some(Entry::OnDisk(n)) => {
-                let r = inner.disk.take()?;
-                *n -= 1;
-                if *n == 0 {
-                    inner.queue.pop_front();
-                }
-                inner.records -= 1;
-                if inner.records == 0 || !inner.queue.iter().any(|e| matches!(e, Entry::OnDisk(_)))
-                {
-                    inner.disk.reset()?;
-                }
-                Item::Record(r)
+        let mut moved = 0;
+        while moved < max {
+            match inner.pop()? {
+                Some(item) => out.push_back(item),
+                None => break,
             }
-            Some(Entry::Item(_)) => match inner.queue.pop_front() {
-                Some(Entry::Item(item)) => {
-                    if let Item::Record(r) = &item {
-                        inner.mem_bytes -= r.input.len() + RECORD_OVERHEAD;
-                        inner.records -= 1;
-                    }
-                    item
-                }
-                _ => return Ok(None),
-            },
-        };
-        Ok(Some(item))
+            moved += 1;
+        }
+        Ok(moved)
     }
 
     /// Records waiting now.
     pub fn backlog(&self) -> Backlog {
         let g = self.lock();
-        let on_disk = g
-            .queue
-            .iter()
-            .map(|e| match e {
-                Entry::OnDisk(n) => *n,
-                Entry::Item(_) => 0,
-            })
-            .sum();
+        let on_disk = g.on_disk;
         Backlog {
             records: g.records,
             on_disk,

@@ -30,10 +30,6 @@ pub fn testdata(name: &str) -> PathBuf {
     workspace().join("testdata").join(name)
 }
 
-/// The host's largest `--viewer-queue`: at the tests' rates (at most 2 000 steps/s) a
-/// viewer may stall for half a minute before it is resynced.
-pub const ROOMY_QUEUE: &str = "65536";
-
 /// A running host, its output read while it runs; killed when dropped.
 pub struct Host {
     proc: Proc,
@@ -46,9 +42,9 @@ impl Host {
         Host::start_env(args, &[])
     }
 
-    /// Unless `args` set `--viewer-queue`, each viewer's queue holds
-    /// [`ROOMY_QUEUE`] records, so a viewer descheduled for a while on a loaded machine
-    /// is not resynced in a test that is not about resync.
+    /// The host's default `--viewer-queue` (65 536 records) lets a viewer stall for half
+    /// a minute at the tests' rates (at most 2 000 steps/s) before it is resynced, so a
+    /// viewer descheduled on a loaded machine is not resynced in a test not about resync.
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Host {
         Host::start_at("127.0.0.1:0", args, env)
     }
@@ -56,15 +52,9 @@ impl Host {
     /// [`Host::start_env`] on a given address (to start a host again on a port a stopped
     /// one used).
     pub fn start_at(listen: &str, args: &[&str], env: &[(&str, &str)]) -> Host {
-        let queue: &[&str] = if args.contains(&"--viewer-queue") {
-            &[]
-        } else {
-            &["--viewer-queue", ROOMY_QUEUE]
-        };
         let mut proc = Proc::spawn(
             Command::new(host_bin())
                 .args(["serve", "--listen", listen])
-                .args(queue)
                 .args(args)
                 .envs(env.iter().copied()),
         );
