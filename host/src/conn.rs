@@ -3,6 +3,7 @@
 //! viewer sends. Whatever the viewer does, only this connection pays for it.
 
 use crate::hub::{Hub, Joined, Queued};
+use crate::pending::{Admitted, HELLO_TIMEOUT};
 use futures::{SinkExt, StreamExt};
 use ostm_protocol::wire::{
     EncodedFrame, End, EndReason, HostCodec, PeerRole, SnapshotKind, ToHost, ToViewer, Welcome,
@@ -13,11 +14,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::time::timeout;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::{debug, info, warn, Instrument};
 
@@ -25,6 +26,8 @@ use tracing::{debug, info, warn, Instrument};
 pub struct ConnConfig {
     /// The shared secret a viewer must send; never logged.
     pub token: Option<String>,
+    /// TLS, when the host serves it.
+    pub tls: Option<TlsAcceptor>,
     /// A write that makes no progress for this long drops the viewer.
     pub stall: Duration,
     /// Nothing received for this long drops the viewer.
@@ -35,8 +38,12 @@ pub struct ConnConfig {
     pub welcome: Welcome,
 }
 
-type Writer = FramedWrite<OwnedWriteHalf, HostCodec>;
-type Reader = FramedRead<OwnedReadHalf, HostCodec>;
+/// A connection's byte stream: plain TCP, or TLS over it.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+type Writer = FramedWrite<WriteHalf<Box<dyn Io>>, HostCodec>;
+type Reader = FramedRead<ReadHalf<Box<dyn Io>>, HostCodec>;
 
 /// What the reader task tells the writer.
 enum Control {
@@ -50,21 +57,70 @@ const BATCH: usize = 64;
 /// How long a refused or ended viewer is given to close its side before the socket drops.
 const LINGER: Duration = Duration::from_secs(2);
 
-/// Serves one connection until it ends; `permit` is `None` when the host is full.
+/// Serves one connection until it ends. `waiting` is its place among the connections that
+/// have not sent their hello yet (given up once the hello is read); `slots` the viewer
+/// slots, one of which it takes once its hello is accepted.
 pub async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
     hub: Arc<Hub>,
     cfg: Arc<ConnConfig>,
-    permit: Option<OwnedSemaphorePermit>,
+    waiting: Admitted,
+    slots: Arc<Semaphore>,
 ) {
     let span = tracing::info_span!("viewer", %peer);
     async move {
         let _ = stream.set_nodelay(true);
-        let (r, w) = stream.into_split();
-        let mut reader = FramedRead::new(r, HostCodec::new(peer.to_string()));
-        let mut writer = FramedWrite::new(w, HostCodec::new(peer.to_string()));
-        let Some(_permit) = permit else {
+        let evicted = waiting.evicted.clone();
+        let name = peer.to_string();
+        let before_hello = async {
+            let io: Box<dyn Io> = match &cfg.tls {
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(s) => Box::new(s),
+                    Err(e) => {
+                        hub.counters.refused.fetch_add(1, Ordering::Relaxed);
+                        info!("refused: TLS handshake failed: {e}");
+                        return None;
+                    }
+                },
+                None => Box::new(stream),
+            };
+            let (r, w) = tokio::io::split(io);
+            let mut reader = FramedRead::new(r, HostCodec::new(name.clone()));
+            let writer = FramedWrite::new(w, HostCodec::new(name.clone()));
+            let hello = handshake(&mut reader, &hub, &cfg, &name).await;
+            Some((reader, writer, hello))
+        };
+        let got = tokio::select! {
+            got = timeout(HELLO_TIMEOUT, before_hello) => got,
+            _ = evicted.cancelled() => {
+                debug!("closed to make room for newer connections");
+                return;
+            }
+        };
+        let (reader, mut writer, hello) = match got {
+            Err(_) => {
+                // No whole hello in time: closed at once, no end message, no linger (a
+                // silent peer reads nothing anyway).
+                hub.counters.refused.fetch_add(1, Ordering::Relaxed);
+                info!("refused: no hello within {} ms", HELLO_TIMEOUT.as_millis());
+                return;
+            }
+            Ok(None) => return,
+            Ok(Some(got)) => got,
+        };
+        if let Err(refusal) = hello {
+            hub.counters.refused.fetch_add(1, Ordering::Relaxed);
+            info!(
+                reason = refusal.end.reason.name(),
+                "refused: {}", refusal.end.text
+            );
+            refuse(&mut writer, reader, refusal, cfg.stall).await;
+            drop(waiting);
+            return;
+        }
+        drop(waiting);
+        let Ok(_permit) = slots.try_acquire_owned() else {
             hub.counters.refused.fetch_add(1, Ordering::Relaxed);
             info!("refused: the host is full");
             let end = End {
@@ -72,22 +128,28 @@ pub async fn serve(
                 text: "the host serves its maximum number of viewers".into(),
                 host_step: hub.step(),
             };
-            refuse(&mut writer, reader, end, cfg.stall).await;
+            refuse(
+                &mut writer,
+                reader,
+                Refusal { end, linger: true },
+                cfg.stall,
+            )
+            .await;
             return;
         };
-        if let Err(end) = handshake(&mut reader, &hub, &cfg).await {
-            hub.counters.refused.fetch_add(1, Ordering::Relaxed);
-            info!(reason = end.reason.name(), "refused: {}", end.text);
-            refuse(&mut writer, reader, end, cfg.stall).await;
-            return;
-        }
         let Some(joined) = hub.join(None, None) else {
             let end = hub.ended().unwrap_or_else(|| End {
                 reason: EndReason::Shutdown,
                 text: "the stream has ended".into(),
                 host_step: hub.step(),
             });
-            refuse(&mut writer, reader, end, cfg.stall).await;
+            refuse(
+                &mut writer,
+                reader,
+                Refusal { end, linger: true },
+                cfg.stall,
+            )
+            .await;
             return;
         };
         hub.counters.viewers.fetch_add(1, Ordering::Relaxed);
@@ -103,60 +165,92 @@ pub async fn serve(
     .await
 }
 
+/// A refusal: the end message, and whether to wait for the peer to close (a peer that
+/// spoke the protocol reads the end; one that did not is closed at once).
+struct Refusal {
+    end: End,
+    linger: bool,
+}
+
+/// The offset of the role byte in a hello frame: length 4, type 1, magic 8, version 2.
+const HELLO_ROLE_AT: u64 = 15;
+/// The offset of the version in a hello frame.
+const HELLO_VERSION_AT: u64 = 13;
+
 /// Reads the hello and checks version, role and token; `Err` is the refusal to send.
-async fn handshake(reader: &mut Reader, hub: &Hub, cfg: &ConnConfig) -> Result<(), End> {
-    let refuse = |reason, text: String| End {
-        reason,
-        text,
-        host_step: hub.step(),
+/// Every refusal's text names the peer and the offset it is about, as docs/protocol.md
+/// ("Errors") gives them.
+async fn handshake(
+    reader: &mut Reader,
+    hub: &Hub,
+    cfg: &ConnConfig,
+    peer: &str,
+) -> Result<(), Refusal> {
+    let refuse = |reason, at: u64, text: String, linger: bool| Refusal {
+        end: End {
+            reason,
+            text: format!("{peer}: at offset {at}: {text}"),
+            host_step: hub.step(),
+        },
+        linger,
     };
-    let hello = match timeout(cfg.silence, reader.next()).await {
-        Err(_) => {
-            return Err(refuse(
-                EndReason::Silent,
-                format!("no hello within {} ms", cfg.silence.as_millis()),
-            ))
-        }
-        Ok(None) => {
+    let at = reader.decoder().consumed();
+    let hello = match reader.next().await {
+        None => {
             return Err(refuse(
                 EndReason::NotAViewer,
+                at,
                 "closed before its hello".into(),
+                false,
             ))
         }
-        Ok(Some(Err(WireError::Io(e)))) => {
+        Some(Err(WireError::Io(e))) => {
             return Err(refuse(
                 EndReason::NotAViewer,
+                at,
                 format!("failed before its hello: {e}"),
+                false,
             ))
         }
-        Ok(Some(Err(WireError::Format(e)))) => {
+        Some(Err(WireError::Format(e))) => {
+            hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(Refusal {
+                end: End {
+                    reason: EndReason::NotAViewer,
+                    text: format!("not an ostm viewer: {e}"),
+                    host_step: hub.step(),
+                },
+                linger: false,
+            });
+        }
+        Some(Ok(ToHost::Hello(h))) => h,
+        Some(Ok(other)) => {
             hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
             return Err(refuse(
                 EndReason::NotAViewer,
-                format!("not an ostm viewer: {e}"),
+                at,
+                format!("expected a hello (0x01) first, found {}", name(&other)),
+                false,
             ));
-        }
-        Ok(Some(Ok(ToHost::Hello(h)))) => h,
-        Ok(Some(Ok(other))) => {
-            return Err(refuse(
-                EndReason::NotAViewer,
-                format!("expected a hello first, found {}", name(&other)),
-            ))
         }
     };
     if hello.version != VERSION {
         return Err(refuse(
             EndReason::VersionMismatch,
+            at + HELLO_VERSION_AT,
             format!(
                 "the host speaks protocol version {VERSION}, the viewer sent version {}",
                 hello.version
             ),
+            true,
         ));
     }
     if hello.role != PeerRole::Viewer as u8 {
         return Err(refuse(
             EndReason::NotAViewer,
+            at + HELLO_ROLE_AT,
             format!("expected role 1 (viewer), found role {}", hello.role),
+            true,
         ));
     }
     if let Some(token) = &cfg.token {
@@ -168,7 +262,14 @@ async fn handshake(reader: &mut Reader, hub: &Hub, cfg: &ConnConfig) -> Result<(
             } else {
                 "the token does not match"
             };
-            return Err(refuse(EndReason::BadToken, why.into()));
+            return Err(Refusal {
+                end: End {
+                    reason: EndReason::BadToken,
+                    text: why.into(),
+                    host_step: hub.step(),
+                },
+                linger: true,
+            });
         }
     }
     Ok(())
@@ -176,22 +277,22 @@ async fn handshake(reader: &mut Reader, hub: &Hub, cfg: &ConnConfig) -> Result<(
 
 fn name(m: &ToHost) -> &'static str {
     match m {
-        ToHost::Hello(_) => "hello",
-        ToHost::DriftRequest { .. } => "drift request",
-        ToHost::Heartbeat { .. } => "heartbeat",
+        ToHost::Hello(_) => "a hello (0x01)",
+        ToHost::DriftRequest { .. } => "a drift request (0x02)",
+        ToHost::Heartbeat { .. } => "a heartbeat (0x03)",
     }
 }
 
-/// Sends `end`, closes our side, and gives the peer a moment to close its own, so the
-/// end message is read rather than lost to a reset.
-async fn refuse(writer: &mut Writer, mut reader: Reader, end: End, stall: Duration) {
-    let sent = timeout(stall, async {
-        writer.send(ToViewer::End(end)).await?;
+/// Sends the refusal's end, closes our side, and, when the peer spoke the protocol, gives
+/// it a moment to close its own, so the end message is read rather than lost to a reset.
+async fn refuse(writer: &mut Writer, mut reader: Reader, refusal: Refusal, stall: Duration) {
+    let sent = timeout(stall.min(HELLO_TIMEOUT), async {
+        writer.send(ToViewer::End(refusal.end)).await?;
         writer.get_mut().shutdown().await?;
         Ok::<(), WireError>(())
     })
     .await;
-    if matches!(sent, Ok(Ok(()))) {
+    if refusal.linger && matches!(sent, Ok(Ok(()))) {
         let _ = timeout(LINGER, async {
             while let Some(Ok(_)) = reader.next().await {}
         })
@@ -338,6 +439,7 @@ async fn read_loop(
     silence: Duration,
 ) {
     loop {
+        let at = reader.decoder().consumed();
         let msg = match timeout(silence, reader.next()).await {
             Err(_) => {
                 let text = format!("nothing received for {} ms", silence.as_millis());
@@ -385,7 +487,10 @@ async fn read_loop(
                 hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
                 let end = End {
                     reason: EndReason::ProtocolError,
-                    text: "a second hello".into(),
+                    text: format!(
+                        "{}: at offset {at}: expected a drift request (0x02) or heartbeat (0x03), found a second hello (0x01)",
+                        reader.decoder().name()
+                    ),
                     host_step: hub.step(),
                 };
                 let _ = ctl.send(Control::Close(end)).await;

@@ -73,6 +73,8 @@ pub struct Counters {
     pub drift_requests: AtomicU64,
     /// The longest any viewer's queue has been, in records.
     pub queue_max: AtomicU64,
+    /// Connections closed before their hello to make room for newer ones.
+    pub shed: AtomicU64,
     /// With `--record`: the steps of the host's recording flushed to its file so far.
     pub recorded: AtomicU64,
     /// Whether the host records its session.

@@ -5,13 +5,18 @@
 //! - `hub`: what the stepping loop shares with the connections (ring, queues, counters).
 //! - `stepper`: the stepping loop, on its own thread.
 //! - `conn`: one viewer's connection.
+//! - `pending`: connections that have not sent their hello yet (a pool apart from the
+//!   viewer slots).
+//! - `tls`: the host's TLS identity.
 //! - `source`: where the world and its inputs come from.
 
 mod conn;
 mod hub;
+mod pending;
 mod serve;
 mod source;
 mod stepper;
+mod tls;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -4,9 +4,11 @@
 
 use crate::conn::{self, ConnConfig};
 use crate::hub::{Hub, Limits};
+use crate::pending::Pending;
 use crate::source::{Source, DEFAULT_SETUP};
 use crate::stepper::{self, Plan};
-use ostm_protocol::recording::{check_target, RecordArgs};
+use ostm_protocol::cli::{RecordArgs, TokenArgs};
+use ostm_protocol::recording::check_target;
 use ostm_protocol::wire::{
     End, EndReason, PeerRole, Welcome, DEFAULT_PORT, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
 };
@@ -28,6 +30,10 @@ use tracing::{info, warn};
 
 /// Default cap on connected viewers.
 pub const DEFAULT_MAX_VIEWERS: usize = 256;
+/// Default cap on connections waiting for their hello.
+pub const DEFAULT_MAX_WAITING: usize = 1024;
+/// Default cap on connections waiting for their hello from one address.
+pub const DEFAULT_MAX_WAITING_PER_ADDRESS: usize = 256;
 /// Default records queued per viewer before it is resynced: at `--rate max` (about
 /// 1.5 million steps a second) about 40 ms of slack, enough for a viewer on a busy
 /// machine that is descheduled for a few time slices; at 60 steps/s far more than the
@@ -106,9 +112,27 @@ pub struct Args {
     /// the world did not start at step 0).
     #[command(flatten)]
     pub recording: RecordArgs,
-    /// Shared secret viewers must send (required on a non-loopback address). Never logged.
+    /// The shared secret viewers must send (required on a non-loopback address; also from
+    /// the OSTM_TOKEN environment variable). Never logged.
+    #[command(flatten)]
+    pub token: TokenArgs,
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// On a non-loopback address, serve without TLS anyway (the token and every record
+    /// cross the network in the clear).
     #[arg(long)]
-    pub token: Option<String>,
+    pub allow_plaintext: bool,
+    /// Most connections waiting for their hello at once (apart from --max-viewers); the
+    /// oldest waiting one is closed to make room for a new one.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_WAITING)]
+    pub max_waiting: usize,
+    /// Most connections waiting for their hello from one IP address.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_WAITING_PER_ADDRESS)]
+    pub max_waiting_per_address: usize,
     /// Most viewers connected at once; more are refused with reason `full`.
     #[arg(long, default_value_t = DEFAULT_MAX_VIEWERS)]
     pub max_viewers: usize,
@@ -222,11 +246,24 @@ fn say(json: bool, plain: String, obj: serde_json::Value) {
 /// Bad arguments (a non-loopback address without a token, an unreadable replay) or a
 /// failure to bind.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, String> {
-    if !args.listen.ip().is_loopback() && args.token.as_deref().is_none_or(str::is_empty) {
-        return Err(format!(
-            "--listen {} is not a loopback address: --token is required",
-            args.listen
-        ));
+    let token = args.token.resolve()?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Some(crate::tls::acceptor(c, k)?),
+        _ => None,
+    };
+    if !args.listen.ip().is_loopback() {
+        if token.is_none() {
+            return Err(format!(
+                "--listen {} is not a loopback address: a token is required (--token-file, OSTM_TOKEN or --token)",
+                args.listen
+            ));
+        }
+        if tls.is_none() && !args.allow_plaintext {
+            return Err(format!(
+                "--listen {} is not a loopback address: TLS is required (--tls-cert and --tls-key), or --allow-plaintext to send the token and records in the clear",
+                args.listen
+            ));
+        }
     }
     if let Some(path) = &args.recording.record {
         check_target(path, args.recording.force)?;
@@ -274,7 +311,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         },
     ));
     let cfg = Arc::new(ConnConfig {
-        token: args.token.clone().filter(|t| !t.is_empty()),
+        token,
+        tls,
         stall: Duration::from_millis(args.stall_ms.max(1)),
         silence: Duration::from_millis(SILENCE_TIMEOUT_MS as u64),
         heartbeat: Duration::from_millis(HEARTBEAT_MS as u64),
@@ -302,6 +340,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         tokio::task::spawn_blocking(move || stepper::run(hub, source, plan, cancel))
     };
     let slots = Arc::new(Semaphore::new(args.max_viewers));
+    let waiting = Pending::new(args.max_waiting, args.max_waiting_per_address);
     let mut conns = JoinSet::new();
     let mut status = tokio::time::interval(Duration::from_millis(args.status_ms.max(1)));
     status.tick().await;
@@ -319,15 +358,18 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
             }
             acc = listener.accept() => match acc {
                 Ok((stream, peer)) => {
-                    let permit = slots.clone().try_acquire_owned().ok();
-                    conns.spawn(conn::serve(stream, peer, hub.clone(), cfg.clone(), permit));
+                    let (place, shed) = waiting.admit(peer.ip());
+                    if shed > 0 {
+                        hub.counters.shed.fetch_add(shed, Ordering::Relaxed);
+                    }
+                    conns.spawn(conn::serve(stream, peer, hub.clone(), cfg.clone(), place, slots.clone()));
                 }
                 Err(e) => {
                     warn!("accept failed: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            _ = status.tick(), if args.status_ms > 0 => print_status(&hub, args.json, None),
+            _ = status.tick(), if args.status_ms > 0 => print_status(&hub, args.json, None, waiting.len()),
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     };
@@ -341,7 +383,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         warn!(left = conns.len(), "connections still open at exit");
         conns.abort_all();
     }
-    print_status(&hub, args.json, Some(&end));
+    print_status(&hub, args.json, Some(&end), waiting.len());
     Ok(end)
 }
 
@@ -363,17 +405,18 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
-fn print_status(hub: &Hub, json: bool, end: Option<&End>) {
+fn print_status(hub: &Hub, json: bool, end: Option<&End>, waiting: usize) {
     let c = &hub.counters;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let step = end.map_or_else(|| hub.step(), |e| e.host_step);
     let mut body = format!(
-        "step {step} viewers {} total {} resyncs {} stalled {} refused {} protocol-errors {} drift-requests {} queue-max {}/{}",
+        "step {step} viewers {} waiting {waiting} total {} resyncs {} stalled {} refused {} shed {} protocol-errors {} drift-requests {} queue-max {}/{}",
         get(&c.viewers),
         get(&c.viewers_total),
         get(&c.resyncs),
         get(&c.stalled),
         get(&c.refused),
+        get(&c.shed),
         get(&c.protocol_errors),
         get(&c.drift_requests),
         get(&c.queue_max),
@@ -390,6 +433,8 @@ fn print_status(hub: &Hub, json: bool, end: Option<&End>) {
         "resyncs": get(&c.resyncs),
         "stalled": get(&c.stalled),
         "refused": get(&c.refused),
+        "shed": get(&c.shed),
+        "waiting": waiting,
         "protocol_errors": get(&c.protocol_errors),
         "drift_requests": get(&c.drift_requests),
         "queue_max": get(&c.queue_max),

@@ -32,7 +32,7 @@ fn a_non_loopback_address_needs_a_token() {
     let out = run(host().args(["serve", "--listen", "0.0.0.0:0", "--steps", "1"]));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr)
-        .contains("is not a loopback address: --token is required"));
+        .contains("is not a loopback address: a token is required"));
 }
 
 #[test]

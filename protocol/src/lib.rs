@@ -13,6 +13,8 @@
 //! Nothing here does I/O on a socket or reads a clock: the simulation is deterministic.
 
 pub mod bundle;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod cursor;
 pub mod error;
 pub mod fields;

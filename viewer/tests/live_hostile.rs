@@ -165,9 +165,10 @@ fn garbage_and_truncated_frames_from_a_host_give_the_viewer_clear_errors() {
     let addr = fake_host(b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec());
     let out = viewer(&["attach", &addr]);
     assert_eq!(code(&out), 2);
+    // Not an ostm host: it says so, with what the peer sent, and the frame error.
     assert!(
         stderr(&out).contains(&format!(
-            "protocol error: {addr}: at offset 0: expected frame length 1..=65554, found"
+            "{addr} is not an ostm host: it sent \"HTTP/1.1 400 Bad Request\\r\\n\\r\\n\" ({addr}: at offset 0: expected frame length 1..=65554, found"
         )),
         "{}",
         stderr(&out)

@@ -25,11 +25,6 @@ use std::time::{Duration, Instant};
 
 pub use journal::{assemble, journal_path, Assembled, Dropped, JOURNAL_MAGIC};
 
-#[cfg(feature = "cli")]
-mod cli;
-#[cfg(feature = "cli")]
-pub use cli::RecordArgs;
-
 /// The longest the recorder's buffer may hold written steps before [`Recorder::flush_due`]
 /// hands them to the operating system. The callers (viewer and host) call it on every
 /// step and at least every 250 ms when no step comes, so a step is in the file at most

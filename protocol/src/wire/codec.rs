@@ -83,6 +83,11 @@ impl<D, E: Message> Codec<D, E> {
         self.consumed
     }
 
+    /// The connection's name in errors.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Encodes one message as a whole frame, length prefix included.
     ///
     /// # Errors

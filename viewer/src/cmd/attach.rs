@@ -7,8 +7,9 @@ use crate::cmd::verify::{add_bundle_json, written_line, BundleArgs, Written};
 use crate::exit::Exit;
 use crate::live::drift::{default_bundle_path, write_bundle};
 use crate::live::session::{self, Event, Options, Outcome, Status, Stop};
+use crate::live::tls::{Tls, TlsArgs};
+use ostm_protocol::cli::{RecordArgs, TokenArgs};
 use ostm_protocol::fields::{density_decimal, Fields};
-use ostm_protocol::recording::RecordArgs;
 use ostm_protocol::World;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -24,8 +25,9 @@ use std::time::{Duration, Instant};
   ostm-viewer verify session.ostm
   # Stop when the host's world reaches step 20000; JSON lines for a script
   ostm-viewer attach 127.0.0.1:7878 --until 20000 --json
-  # A host on a non-loopback address requires its token
-  ostm-viewer attach sim.example.org:7878 --token \"$OSTM_TOKEN\"
+  # A host on a non-loopback address requires its token, and serves TLS
+  OSTM_TOKEN=... ostm-viewer attach sim.example.org:7878 --tls
+  ostm-viewer attach 10.0.0.5:7878 --token-file ~/.ostm-token --tls-ca ca.pem --tls-name sim
   # A linked world: the link line names the role; print both fields at steps 300 and 450
   ostm-viewer attach 127.0.0.1:7878 --fields-at 300,450 --until 450
 
@@ -70,9 +72,8 @@ pub struct Args {
         requires = "reconnect"
     )]
     pub reconnect_for: u64,
-    /// The host's shared secret, if it requires one.
-    #[arg(long)]
-    pub token: Option<String>,
+    #[command(flatten)]
+    pub host: HostArgs,
     /// Print events and the result as JSON objects, one per line, for scripts.
     #[arg(long)]
     pub json: bool,
@@ -218,11 +219,36 @@ fn print_fields(json: bool, addr: &str, world: &World, f: &Fields) {
     }
 }
 
+/// How the viewer reaches a host: its token and TLS (shared by `attach` and `check`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct HostArgs {
+    /// The host's shared secret, if it requires one (also from OSTM_TOKEN).
+    #[command(flatten)]
+    pub token: TokenArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+impl HostArgs {
+    /// The token and TLS set-up, checked before connecting.
+    ///
+    /// # Errors
+    /// A token too long or unreadable, or a TLS set-up that cannot be built.
+    pub fn resolve(&self, addr: &str) -> Result<(Option<String>, Option<Tls>), String> {
+        Ok((self.token.resolve()?, self.tls.build(addr)?))
+    }
+}
+
 /// Runs `attach`.
 pub fn run(args: Args) -> Exit {
+    let (token, tls) = match args.host.resolve(&args.addr) {
+        Ok(t) => t,
+        Err(e) => return crate::exit::fail(e),
+    };
     let opts = Options {
         addr: args.addr.clone(),
-        token: args.token.clone(),
+        token,
+        tls,
         steps: args.steps,
         until: args.until,
         record: args.recording.record.clone(),

@@ -1,7 +1,7 @@
 //! `ostm-viewer check ADDR --steps N`: attach, verify N steps, print a one-line verdict.
 //! The command a monitoring script runs.
 
-use crate::cmd::attach::{drift_bundle, verdict};
+use crate::cmd::attach::{drift_bundle, verdict, HostArgs};
 use crate::cmd::verify::{add_bundle_json, written_line, BundleArgs};
 use crate::exit::Exit;
 use crate::live::session::{self, Options, Stop};
@@ -13,8 +13,8 @@ use crate::live::session::{self, Options, Stop};
   ostm-viewer check 127.0.0.1:7878 --steps 600
   # The verdict as one JSON object
   ostm-viewer check 127.0.0.1:7878 --steps 600 --json | jq -r .verdict
-  # A host on a non-loopback address requires its token
-  ostm-viewer check sim.example.org:7878 --steps 600 --token \"$OSTM_TOKEN\"
+  # A host on a non-loopback address requires its token (here from OSTM_TOKEN) and TLS
+  ostm-viewer check sim.example.org:7878 --steps 600 --tls
   # crontab: every 5 minutes; cron mails the line when the exit code is not 0
   */5 * * * *  ostm-viewer check 127.0.0.1:7878 --steps 600 >> $HOME/ostm-check.log || tail -n 1 $HOME/ostm-check.log
 
@@ -35,9 +35,8 @@ pub struct Args {
     /// Steps to verify.
     #[arg(long)]
     pub steps: u64,
-    /// The host's shared secret, if it requires one.
-    #[arg(long)]
-    pub token: Option<String>,
+    #[command(flatten)]
+    pub host: HostArgs,
     /// Print the verdict as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -47,9 +46,24 @@ pub struct Args {
 
 /// Runs `check`.
 pub fn run(args: Args) -> Exit {
+    let (token, tls) = match args.host.resolve(&args.addr) {
+        Ok(t) => t,
+        Err(e) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"verdict": "error", "addr": args.addr, "message": e})
+                );
+            } else {
+                println!("error: {e}");
+            }
+            return Exit::Failure;
+        }
+    };
     let opts = Options {
         addr: args.addr.clone(),
-        token: args.token.clone(),
+        token,
+        tls,
         steps: Some(args.steps),
         ..Options::default()
     };

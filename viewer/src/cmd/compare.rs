@@ -72,7 +72,12 @@ pub fn run(args: Args) -> Exit {
     let first = cache.start_step();
     let last = cache.last_step();
     let run_last = replay.end_step();
-    if first < replay.start_step() || last > run_last {
+    // Every frame's step is one the replay holds (counted from its start step, modulo
+    // 2^64: a replay whose steps wrap past u64::MAX holds 0, 1, ... after it).
+    let held = replay
+        .row_of(first)
+        .is_some_and(|row| row as u64 + (last - first) <= replay.step_count() as u64);
+    if !held {
         return fail(format!(
             "{} covers steps {first}..={last}, but {} holds steps {}..={run_last}",
             args.ghost.display(),
@@ -90,7 +95,7 @@ pub fn run(args: Args) -> Exit {
             world.step(
                 &replay
                     .inputs
-                    .ops((world.step - replay.start_step()) as usize),
+                    .ops(world.step.wrapping_sub(replay.start_step()) as usize),
             );
         }
         let poses = cache.frame(f).unwrap_or(&[]);

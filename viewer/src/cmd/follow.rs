@@ -141,7 +141,14 @@ fn header_reasons(left: &Replay, right: &Replay, body: Option<u8>) -> Vec<String
         let first = rep.start_step();
         let last = rep.end_step();
         let t = l.transfer_step as u64;
-        if t < first || t + 1 > last {
+        if first.checked_add(rep.step_count() as u64).is_none() {
+            // Its transfer may run after the wrap (steps 0, 1, ... follow u64::MAX), but
+            // the track is followed by step number, which the wrap does not keep in order.
+            why.push(format!(
+                "{side} holds steps {first}..={last}, whose step numbers wrap to 0 after {}: follow takes only replays whose steps do not",
+                u64::MAX
+            ));
+        } else if t < first || t + 1 > last {
             why.push(format!(
                 "{side} holds steps {first}..={last}, so it does not run transfer step {t} (it needs steps {t} and {})",
                 t + 1

@@ -40,13 +40,35 @@ pub fn run(args: Args) -> Exit {
         Err(e) => return fail(e),
     };
     let first = stream.header().start.as_ref().map_or(0, |w| w.step);
-    let last = first + u64::from(stream.header().steps);
-    if args.from > last || args.to < first {
+    let steps = u64::from(stream.header().steps);
+    let last = first.wrapping_add(steps);
+    // A replay whose steps run past u64::MAX holds first..=u64::MAX, then 0..=last.
+    let (before, after) = if first.checked_add(steps).is_some() {
+        (args.from <= last && args.to >= first, false)
+    } else {
+        (args.to >= first, args.from <= last)
+    };
+    if !before && !after {
         return fail(format!(
             "{}: --from {} --to {} holds none of the replay's steps {first}..={last}",
             args.file.display(),
             args.from,
             args.to
+        ));
+    }
+    if before && after && (args.from, args.to) != (0, u64::MAX) {
+        return fail(format!(
+            "{}: --from {} --to {} holds steps {}..={} before the step counter wraps past {} \
+             and {}..={} after it, but not the steps between: a trace's rows are consecutive \
+             steps",
+            args.file.display(),
+            args.from,
+            args.to,
+            args.from.max(first),
+            args.to,
+            u64::MAX,
+            args.from,
+            args.to.min(last)
         ));
     }
     match &args.output {

@@ -351,7 +351,7 @@ fn write_bundle(opts: &Opts<'_>, replay: &Replay, m: Mismatch, path: PathBuf) ->
         }
         None => replay.start_world(),
     };
-    let first = (world.step - replay.start_step()) as usize;
+    let first = world.step.wrapping_sub(replay.start_step()) as usize;
     for i in first..m.row {
         world.step(&replay.inputs.ops(i));
     }
@@ -389,15 +389,23 @@ struct Member {
     /// `setup dims=… bodies=… seed=… link=…`: the setup and link block.
     world: String,
     start: u64,
-    /// The end step (start + step count, saturating: a file never reaches past u64::MAX).
-    end: u64,
+    /// The end step, start + step count counted on past `u64::MAX` (a file whose steps
+    /// wrap to 0 after it reaches further than every file that starts after it); a step
+    /// beyond `u64::MAX` is printed as its wrapped number (see [`step_no`]).
+    end: u128,
+}
+
+/// The step number a position of the set's order is printed as: the world's step, which
+/// wraps to 0 after `u64::MAX`.
+fn step_no(position: u128) -> u64 {
+    position as u64
 }
 
 /// A stretch of steps no file holds, between the file reaching furthest before it and the
 /// next file.
 struct Gap {
-    from: u64,
-    to: u64,
+    from: u128,
+    to: u128,
     after: usize,
     before: usize,
 }
@@ -405,8 +413,8 @@ struct Gap {
 /// Steps `from..=to` held by two files (`first` starts no later than `second`), and the
 /// hash rows each holds there, filled in as the files are run.
 struct Overlap {
-    from: u64,
-    to: u64,
+    from: u128,
+    to: u128,
     first: usize,
     second: usize,
     rows: [Vec<u64>; 2],
@@ -419,14 +427,15 @@ impl Overlap {
         (0..)
             .zip(a.iter().zip(b))
             .find(|(_, (x, y))| x != y)
-            .map(|(i, (x, y))| (self.from.saturating_add(i), *x, *y))
+            .map(|(i, (x, y))| (step_no(self.from + i), *x, *y))
     }
 }
 
-/// The hash rows of `replay` at steps `from..=to` (inside the replay): the stored rows,
-/// or, for a file without them, the hashes its run computes.
-fn rows_at(replay: &Replay, from: u64, to: u64) -> Vec<u64> {
-    let start = replay.start_step();
+/// The hash rows of `replay` at steps `from..=to` (inside the replay, counted on past
+/// `u64::MAX` as [`Member::end`] is): the stored rows, or, for a file without them, the
+/// hashes its run computes.
+fn rows_at(replay: &Replay, from: u128, to: u128) -> Vec<u64> {
+    let start = u128::from(replay.start_step());
     let (i, j) = (
         from.saturating_sub(start) as usize,
         to.saturating_sub(start) as usize,
@@ -480,7 +489,7 @@ fn run_set(args: &Args, files: &[PathBuf]) -> Exit {
                     path: path.clone(),
                     world: setup_line(&r.setup, r.link),
                     start: r.start_step(),
-                    end: r.start_step().saturating_add(r.step_count() as u64),
+                    end: u128::from(r.start_step()) + r.step_count() as u128,
                 });
             }
             Err(e) => {
@@ -563,18 +572,18 @@ fn coverage(members: &[Member]) -> (Vec<Gap>, Vec<Overlap>) {
     let mut reach = 0usize;
     for j in 1..members.len() {
         let next = &members[j];
-        if next.start > members[reach].end {
+        if u128::from(next.start) > members[reach].end {
             gaps.push(Gap {
                 from: members[reach].end,
-                to: next.start,
+                to: u128::from(next.start),
                 after: reach,
                 before: j,
             });
         }
         for (i, earlier) in members[..j].iter().enumerate() {
-            if earlier.end >= next.start {
+            if earlier.end >= u128::from(next.start) {
                 overlaps.push(Overlap {
-                    from: next.start,
+                    from: u128::from(next.start),
                     to: earlier.end.min(next.end),
                     first: i,
                     second: j,
@@ -605,8 +614,8 @@ fn report_set(
         Exit::Different
     };
     let first = members.first().map_or(0, |m| m.start);
-    let last = members.iter().map(|m| m.end).max().unwrap_or(0);
-    let missing: u64 = gaps.iter().map(|g| g.to - g.from).sum();
+    let last = step_no(members.iter().map(|m| m.end).max().unwrap_or(0));
+    let missing: u128 = gaps.iter().map(|g| g.to - g.from).sum();
     if args.json {
         let doc = json!({
             "result": if exit == Exit::Ok { "match" } else { "mismatch" },
@@ -614,18 +623,18 @@ fn report_set(
             "end_step": last,
             "files": reports.iter().map(|r| r.doc.clone()).collect::<Vec<_>>(),
             "gaps": gaps.iter().map(|g| json!({
-                "from": g.from,
-                "to": g.to,
-                "steps": g.to - g.from,
+                "from": step_no(g.from),
+                "to": step_no(g.to),
+                "steps": step_no(g.to - g.from),
                 "after": name(g.after),
                 "before": name(g.before),
             })).collect::<Vec<_>>(),
             "overlaps": overlaps.iter().map(|o| {
                 let d = o.difference();
                 json!({
-                    "from": o.from,
-                    "to": o.to,
-                    "rows": o.to - o.from + 1,
+                    "from": step_no(o.from),
+                    "to": step_no(o.to),
+                    "rows": step_no(o.to - o.from + 1),
                     "files": [name(o.first), name(o.second)],
                     "agree": d.is_none(),
                     "mismatch": d.map(|(step, x, y)| json!({
@@ -648,8 +657,8 @@ fn report_set(
     for g in gaps {
         println!(
             "gap: steps {}..{} ({} steps) between {} and {}",
-            g.from,
-            g.to,
+            step_no(g.from),
+            step_no(g.to),
             g.to - g.from,
             name(g.after),
             name(g.before)
@@ -659,8 +668,8 @@ fn report_set(
         let rows = o.to - o.from + 1;
         let held = format!(
             "overlap: steps {}..={} ({rows} row{}) held by both {} and {}",
-            o.from,
-            o.to,
+            step_no(o.from),
+            step_no(o.to),
             if rows == 1 { "" } else { "s" },
             name(o.first),
             name(o.second)

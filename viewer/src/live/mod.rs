@@ -4,6 +4,7 @@
 //! - [`network`]: the reader: connection, handshake, reading into the spool, heartbeats,
 //!   reconnection.
 //! - [`spool`]: the queue between reader and verifier, spilling to disk.
+//! - [`tls`]: the viewer's TLS options and set-up.
 //! - [`session`]: the verifier, fed by the spool: verify, record, report.
 //! - [`drift`]: the drift report (the one place drift is handled).
 //! - [`record`]: a recording that continues in a new numbered file across a resync.
@@ -13,3 +14,4 @@ pub mod network;
 pub mod record;
 pub mod session;
 pub mod spool;
+pub mod tls;

@@ -4,6 +4,8 @@
 //! connects again after a lost connection (docs/protocol.md, "Reconnecting").
 
 use super::spool::{Item, Spool};
+use super::tls::{explain, Tls};
+use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use ostm_protocol::wire::{
     DriftReply, End, EndReason, Hello, PeerRole, SnapshotKind, ToHost, ToViewer, ViewerCodec,
@@ -13,15 +15,20 @@ use ostm_protocol::World;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_util::codec::Framed;
+use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 /// How long to wait for the TCP connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait, once connected, for the TLS handshake (if any) and the host's welcome:
+/// an ostm host answers a hello at once, so a peer silent this long is not one.
+pub const WELCOME_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the viewer waits for anything from the host.
 pub const SILENCE: Duration = Duration::from_millis(SILENCE_TIMEOUT_MS as u64);
 /// The first wait before reconnecting; each failed attempt doubles it up to
@@ -41,6 +48,8 @@ pub struct Dial {
     pub reconnect: Option<Duration>,
     /// Test only: read at most this many records per second, with a small receive buffer.
     pub throttle_read: Option<u32>,
+    /// TLS, when asked for.
+    pub tls: Option<Tls>,
 }
 
 /// What the reader and the verifier share.
@@ -132,7 +141,38 @@ pub fn reconnects_after(e: &End) -> bool {
     e.reason != EndReason::Finished
 }
 
-type Conn = Framed<TcpStream, ViewerCodec>;
+/// A connection's byte stream: plain TCP, or TLS over it.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+type Conn = Framed<Box<dyn Io>, Framing>;
+
+/// The viewer's codec, with each decoded message's offset in the connection's stream
+/// (the offset of its frame's first byte), for errors that name it.
+struct Framing(ViewerCodec);
+
+impl Decoder for Framing {
+    type Item = (u64, ToViewer);
+    type Error = WireError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<(u64, ToViewer)>, WireError> {
+        let at = self.0.consumed();
+        Ok(self.0.decode(src)?.map(|m| (at, m)))
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<(u64, ToViewer)>, WireError> {
+        let at = self.0.consumed();
+        Ok(self.0.decode_eof(src)?.map(|m| (at, m)))
+    }
+}
+
+impl Encoder<ToHost> for Framing {
+    type Error = WireError;
+
+    fn encode(&mut self, m: ToHost, dst: &mut BytesMut) -> Result<(), WireError> {
+        self.0.encode(m, dst)
+    }
+}
 
 /// Why a connection attempt failed.
 enum Refused {
@@ -216,10 +256,15 @@ impl Reader {
             self.shared
                 .host_step
                 .fetch_max(world.step, Ordering::Relaxed);
+            let attached = Attached {
+                setup: world.setup(),
+                link: world.link(),
+                step: world.step,
+            };
             if !self.push(Item::Attached { welcome, world }) {
                 return;
             }
-            let ended = self.stream(conn).await;
+            let ended = self.stream(conn, attached).await;
             let _ = self.replies.send(None);
             let again = self.dial.reconnect.is_some();
             match ended {
@@ -236,7 +281,9 @@ impl Reader {
 
     /// Reads one connection's stream into the spool, and sends heartbeats and the
     /// verifier's messages, until it ends.
-    async fn stream(&mut self, conn: Conn) -> Ended {
+    async fn stream(&mut self, conn: Conn, attached: Attached) -> Ended {
+        let addr = self.dial.addr.clone();
+        let mut next_step = attached.step;
         let (mut sink, mut stream) = conn.split();
         let shared = self.shared.clone();
         let from_verifier = &mut self.from_verifier;
@@ -297,8 +344,17 @@ impl Reader {
                         }
                         Some(Ok(m)) => m,
                     };
+                    let (at, msg) = msg;
                     match msg {
+                        ToViewer::Record(r) if r.step != next_step => {
+                            let _ = spool.push_all(&mut batch);
+                            return Ended::Broken(format!(
+                                "{addr}: at offset {at}: expected a record for step {next_step}, found a record for step {}",
+                                r.step
+                            ));
+                        }
                         ToViewer::Record(r) => {
+                            next_step = r.step.wrapping_add(1);
                             shared
                                 .host_step
                                 .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
@@ -321,6 +377,15 @@ impl Reader {
                             kind: SnapshotKind::Resync,
                             world,
                         } => {
+                            if world.setup() != attached.setup || world.link() != attached.link {
+                                let _ = spool.push_all(&mut batch);
+                                return Ended::Broken(format!(
+                                    "{addr}: at offset {at}: expected a resync snapshot of the attached world ({}), found one of another world ({})",
+                                    world_name(attached.setup, attached.link),
+                                    world_name(world.setup(), world.link())
+                                ));
+                            }
+                            next_step = world.step;
                             debug!(to = world.step, "resync snapshot");
                             shared.host_step.fetch_max(world.step, Ordering::Relaxed);
                             batch.push(Item::Resync(world));
@@ -341,7 +406,7 @@ impl Reader {
                         other => {
                             let _ = spool.push_all(&mut batch);
                             return Ended::Broken(format!(
-                                "protocol error: {} in the middle of the stream",
+                                "{addr}: at offset {at}: expected a record, heartbeat, resync snapshot, end or drift reply, found {}",
                                 name(&other)
                             ));
                         }
@@ -375,10 +440,32 @@ impl Reader {
     }
 }
 
+/// What a connection attached to: the stream must continue from it.
+struct Attached {
+    setup: ostm_protocol::Setup,
+    link: Option<ostm_protocol::Link>,
+    step: u64,
+}
+
+/// A world's setup and link as a person reads them.
+fn world_name(s: ostm_protocol::Setup, l: Option<ostm_protocol::Link>) -> String {
+    let link = match l {
+        Some(l) => format!(
+            "link role {} body {} transfer step {}",
+            l.role as u8, l.body, l.transfer_step
+        ),
+        None => "no link".into(),
+    };
+    format!(
+        "{}D, {} bodies, seed {}, {link}",
+        s.dims as u8, s.bodies, s.seed
+    )
+}
+
 /// Connects and does the handshake: hello, welcome, attach snapshot.
 async fn connect(dial: &Dial) -> Result<(Conn, Welcome, World), Refused> {
     let addr = &dial.addr;
-    let stream = match timeout(CONNECT_TIMEOUT, open(addr, dial.throttle_read.is_some())).await {
+    let tcp = match timeout(CONNECT_TIMEOUT, open(addr, dial.throttle_read.is_some())).await {
         Err(_) => {
             return Err(Refused::Unreachable(format!(
                 "cannot connect to {addr}: timed out"
@@ -391,8 +478,27 @@ async fn connect(dial: &Dial) -> Result<(Conn, Welcome, World), Refused> {
         }
         Ok(Ok(s)) => s,
     };
-    let _ = stream.set_nodelay(true);
-    let mut conn = Framed::new(stream, ViewerCodec::new(addr.clone()));
+    let _ = tcp.set_nodelay(true);
+    match timeout(WELCOME_TIMEOUT, handshake(dial, tcp)).await {
+        Ok(r) => r,
+        Err(_) => Err(Refused::Final(format!(
+            "{addr} sent no welcome within {} ms of the hello: it is not an ostm host, or not answering{}",
+            WELCOME_TIMEOUT.as_millis(),
+            if dial.tls.is_some() { "" } else { " (a host that serves TLS waits for a TLS client: try --tls)" }
+        ))),
+    }
+}
+
+async fn handshake(dial: &Dial, tcp: TcpStream) -> Result<(Conn, Welcome, World), Refused> {
+    let addr = &dial.addr;
+    let io: Box<dyn Io> = match &dial.tls {
+        Some(tls) => match tls.connector.connect(tls.name.clone(), tcp).await {
+            Ok(s) => Box::new(s),
+            Err(e) => return Err(Refused::Final(explain(addr, &tls.name, &e))),
+        },
+        None => Box::new(tcp),
+    };
+    let mut conn = Framed::new(io, Framing(ViewerCodec::new(addr.clone())));
     let hello = Hello {
         version: VERSION,
         role: PeerRole::Viewer as u8,
@@ -403,18 +509,18 @@ async fn connect(dial: &Dial) -> Result<(Conn, Welcome, World), Refused> {
             "cannot send the hello to {addr}: {e}"
         )));
     }
-    let welcome = match handshake_next(&mut conn).await? {
-        ToViewer::Welcome(w) => w,
-        ToViewer::End(e) => {
+    let welcome = match handshake_next(&mut conn, dial).await? {
+        (_, ToViewer::Welcome(w)) => w,
+        (_, ToViewer::End(e)) => {
             return Err(Refused::Final(format!(
                 "the host refused the viewer ({}): {}",
                 e.reason.name(),
                 e.text
             )))
         }
-        other => {
+        (at, other) => {
             return Err(Refused::Final(format!(
-                "expected the host's welcome, found {}",
+                "{addr}: at offset {at}: expected the host's welcome (0x81), found {}",
                 name(&other)
             )))
         }
@@ -425,38 +531,77 @@ async fn connect(dial: &Dial) -> Result<(Conn, Welcome, World), Refused> {
             welcome.version
         )));
     }
-    match handshake_next(&mut conn).await? {
-        ToViewer::Snapshot {
-            kind: SnapshotKind::Attach,
-            world,
-        } => Ok((conn, welcome, world)),
-        ToViewer::End(e) => Err(Refused::Final(format!(
+    match handshake_next(&mut conn, dial).await? {
+        (
+            _,
+            ToViewer::Snapshot {
+                kind: SnapshotKind::Attach,
+                world,
+            },
+        ) => Ok((conn, welcome, world)),
+        (_, ToViewer::End(e)) => Err(Refused::Final(format!(
             "the host ended the stream before its snapshot ({}): {}",
             e.reason.name(),
             e.text
         ))),
-        other => Err(Refused::Final(format!(
-            "expected the host's snapshot, found {}",
+        (at, other) => Err(Refused::Final(format!(
+            "{addr}: at offset {at}: expected the host's attach snapshot (0x82, kind 0), found {}",
             name(&other)
         ))),
     }
 }
 
-/// The next handshake message, with the silence timeout.
-async fn handshake_next(conn: &mut Conn) -> Result<ToViewer, Refused> {
-    match timeout(SILENCE, conn.next()).await {
-        Err(_) => Err(Refused::Unreachable(format!(
-            "the host sent nothing for {SILENCE_TIMEOUT_MS} ms"
+/// The next handshake message. A frame that does not decode is described by the bytes the
+/// peer sent, so a viewer pointed at something that is not an ostm host says what it is.
+async fn handshake_next(conn: &mut Conn, dial: &Dial) -> Result<(u64, ToViewer), Refused> {
+    let addr = &dial.addr;
+    match conn.next().await {
+        None => Err(Refused::Unreachable(format!(
+            "{addr} closed the connection during the handshake{}",
+            if dial.tls.is_some() {
+                ""
+            } else {
+                " (a host that serves TLS closes a plaintext connection: try --tls)"
+            }
         ))),
-        Ok(None) => Err(Refused::Unreachable(
-            "the host closed the connection without an end message".into(),
-        )),
-        Ok(Some(Err(WireError::Format(e)))) => Err(Refused::Final(format!("protocol error: {e}"))),
-        Ok(Some(Err(WireError::Io(e)))) => {
-            Err(Refused::Unreachable(format!("connection lost: {e}")))
+        Some(Err(WireError::Format(e))) => {
+            let seen = describe(conn.read_buffer());
+            Err(Refused::Final(format!(
+                "{addr} is not an ostm host: it sent {seen} ({e})"
+            )))
         }
-        Ok(Some(Ok(m))) => Ok(m),
+        Some(Err(WireError::Io(e))) => Err(Refused::Unreachable(format!("connection lost: {e}"))),
+        Some(Ok(m)) => Ok(m),
     }
+}
+
+/// The first bytes a peer sent, as a person can read them: as text when they are
+/// printable (an HTTP or SSH banner), in hex otherwise, with a word on TLS records.
+pub fn describe(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(48)];
+    let more = if bytes.len() > head.len() { "…" } else { "" };
+    if head.len() >= 3 && matches!(head[0], 0x14..=0x17) && head[1] == 3 && head[2] <= 4 {
+        return format!(
+            "a TLS record ({}{more}): the host serves TLS; connect with --tls",
+            hex(head)
+        );
+    }
+    let printable = head
+        .iter()
+        .all(|&b| b == b'\r' || b == b'\n' || b == b'\t' || (0x20..0x7f).contains(&b));
+    if printable && !head.is_empty() {
+        let text: String = head.iter().map(|&b| b as char).collect();
+        format!("\"{}{more}\"", text.escape_debug())
+    } else {
+        format!("the bytes {}{more}", hex(head))
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter()
+        .map(|x| format!("{x:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Connects; `small_buffer` asks for a 4 KiB receive buffer (test throttling only).
@@ -482,11 +627,15 @@ async fn open(addr: &str, small_buffer: bool) -> std::io::Result<TcpStream> {
 
 pub fn name(m: &ToViewer) -> &'static str {
     match m {
-        ToViewer::Welcome(_) => "a welcome",
-        ToViewer::Snapshot { .. } => "a snapshot",
-        ToViewer::Record(_) => "a record",
-        ToViewer::Heartbeat { .. } => "a heartbeat",
-        ToViewer::End(_) => "an end message",
-        ToViewer::DriftReply(_) => "a drift reply",
+        ToViewer::Welcome(_) => "a welcome (0x81)",
+        ToViewer::Snapshot {
+            kind: SnapshotKind::Attach,
+            ..
+        } => "an attach snapshot (0x82, kind 0)",
+        ToViewer::Snapshot { .. } => "a resync snapshot (0x82, kind 1)",
+        ToViewer::Record(_) => "a record (0x83)",
+        ToViewer::Heartbeat { .. } => "a heartbeat (0x84)",
+        ToViewer::End(_) => "an end message (0x85)",
+        ToViewer::DriftReply(_) => "a drift reply (0x86)",
     }
 }

@@ -33,6 +33,8 @@ pub struct Options {
     /// `HOST:PORT`.
     pub addr: String,
     pub token: Option<String>,
+    /// TLS, when asked for.
+    pub tls: Option<super::tls::Tls>,
     /// Stop after verifying this many steps.
     pub steps: Option<u64>,
     /// Stop once the viewer's world reaches this step.
@@ -249,6 +251,7 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         token: opts.token.clone(),
         reconnect: opts.reconnect,
         throttle_read: opts.throttle_read,
+        tls: opts.tls.clone(),
     };
     let net = match Network::start(dial, spool.clone(), shared.clone()) {
         Ok(n) => n,

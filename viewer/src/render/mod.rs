@@ -11,7 +11,7 @@ use std::io::IsTerminal;
 /// The world of `replay` at step `step` ([`Replay::world_at`]), with a progress bar on a
 /// long run. Fails with a sentence when the replay does not hold that step.
 pub fn world_at(replay: &Replay, step: u64) -> Result<World, String> {
-    let n = step.saturating_sub(replay.start_step());
+    let n = replay.row_of(step).unwrap_or(0) as u64;
     let bar = progress_bar(n, "running to the step");
     let world = replay.world_at(step, |done| bar.set_position(done as u64));
     bar.finish_and_clear();

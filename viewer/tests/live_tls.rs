@@ -1,0 +1,251 @@
+//! TLS and secrets with the real binaries on 127.0.0.1: certificates made here (rcgen).
+//! A good certificate attaches and verifies; a wrong CA, a wrong name, an expired
+//! certificate, a plaintext viewer against a TLS host and a TLS viewer against a
+//! plaintext host are each refused with a clear message and exit 2. Tokens come from
+//! `--token-file` and `OSTM_TOKEN` on both ends and are refused past 255 bytes.
+
+mod live_support;
+
+use live_support::*;
+use rcgen::{date_time_ymd, BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A CA, written as `ca.pem` in `dir`, that signs leaves.
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pem: PathBuf,
+}
+
+fn ca(dir: &Path, name: &str) -> Ca {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("ostm test {name}"));
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    let pem = dir.join(format!("{name}.pem"));
+    std::fs::write(&pem, cert.pem()).unwrap();
+    Ca {
+        issuer: Issuer::new(params, key),
+        pem,
+    }
+}
+
+/// A leaf for `names` signed by `ca`, written as `NAME.crt` and `NAME.key`; `expired`
+/// dates it in the past.
+fn leaf(dir: &Path, ca: &Ca, file: &str, names: &[&str], expired: bool) -> (PathBuf, PathBuf) {
+    let key = KeyPair::generate().unwrap();
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    if expired {
+        params.not_before = date_time_ymd(2020, 1, 1);
+        params.not_after = date_time_ymd(2021, 1, 1);
+    }
+    let cert = params.signed_by(&key, &ca.issuer).unwrap();
+    let (c, k) = (
+        dir.join(format!("{file}.crt")),
+        dir.join(format!("{file}.key")),
+    );
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (c, k)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn tls_host(cert: &Path, key: &Path) -> Host {
+    Host::start(&[
+        "--rate",
+        "500",
+        "--status-ms",
+        "0",
+        "--tls-cert",
+        s(cert),
+        "--tls-key",
+        s(key),
+    ])
+}
+
+#[test]
+fn a_good_certificate_attaches_and_verifies_and_bad_ones_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good_ca = ca(d, "ca");
+    let other_ca = ca(d, "other-ca");
+    let (cert, key) = leaf(d, &good_ca, "host", &["localhost", "127.0.0.1"], false);
+    let host = tls_host(&cert, &key);
+
+    // By IP address (the certificate names 127.0.0.1), and by name.
+    let out = viewer(&[
+        "check",
+        &host.addr,
+        "--steps",
+        "100",
+        "--tls-ca",
+        s(&good_ca.pem),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        stdout(&out).starts_with("ok: verified 100 steps"),
+        "{}",
+        stdout(&out)
+    );
+    let out = viewer(&[
+        "check",
+        &host.addr,
+        "--steps",
+        "50",
+        "--tls-ca",
+        s(&good_ca.pem),
+        "--tls-name",
+        "localhost",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+
+    // A CA the viewer does not trust.
+    let out = viewer(&[
+        "check",
+        &host.addr,
+        "--steps",
+        "5",
+        "--tls-ca",
+        s(&other_ca.pem),
+    ]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains("not signed by a CA this viewer trusts"),
+        "{}",
+        stdout(&out)
+    );
+    // A name the certificate does not carry.
+    let out = viewer(&[
+        "check",
+        &host.addr,
+        "--steps",
+        "5",
+        "--tls-ca",
+        s(&good_ca.pem),
+        "--tls-name",
+        "elsewhere.example",
+    ]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains("not valid for elsewhere.example"),
+        "{}",
+        stdout(&out)
+    );
+    // A plaintext viewer against the TLS host.
+    let out = viewer(&["check", &host.addr, "--steps", "5"]);
+    assert_eq!(code(&out), 2);
+    assert!(stdout(&out).contains("--tls"), "{}", stdout(&out));
+    drop(host);
+
+    // An expired certificate.
+    let (cert, key) = leaf(d, &good_ca, "old", &["127.0.0.1"], true);
+    let host = tls_host(&cert, &key);
+    let out = viewer(&[
+        "check",
+        &host.addr,
+        "--steps",
+        "5",
+        "--tls-ca",
+        s(&good_ca.pem),
+    ]);
+    assert_eq!(code(&out), 2);
+    assert!(stdout(&out).contains("has expired"), "{}", stdout(&out));
+    drop(host);
+
+    // A TLS viewer against a plaintext host.
+    let host = Host::start(&["--rate", "500", "--status-ms", "0"]);
+    let out = viewer(&[
+        "check",
+        &host.addr,
+        "--steps",
+        "5",
+        "--tls-ca",
+        s(&good_ca.pem),
+    ]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains("TLS handshake with") && stdout(&out).contains("failed"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_host_on_a_non_loopback_address_needs_a_token_and_tls() {
+    let host = |args: &[&str]| {
+        run(Command::new(host_bin())
+            .args(["serve", "--listen", "0.0.0.0:0", "--steps", "1"])
+            .args(args)
+            .env_remove("OSTM_TOKEN"))
+    };
+    let o = host(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a token is required"));
+    let o = host(&["--token", "t"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("TLS is required") && err.contains("--allow-plaintext"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tokens_come_from_a_file_or_the_environment_and_are_at_most_255_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    // The host takes its token from OSTM_TOKEN; the viewer from --token-file.
+    let host = Host::start_env(
+        &["--rate", "500", "--status-ms", "0"],
+        &[("OSTM_TOKEN", "s3cret")],
+    );
+    let out = viewer(&[
+        "check",
+        &host.addr,
+        "--steps",
+        "20",
+        "--token-file",
+        s(&file),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    // And the viewer from OSTM_TOKEN.
+    let out = run(Command::new(viewer_bin())
+        .args(["check", &host.addr, "--steps", "20"])
+        .env("OSTM_TOKEN", "s3cret"));
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    // Without it: refused by the host.
+    let out = run(Command::new(viewer_bin())
+        .args(["check", &host.addr, "--steps", "20"])
+        .env_remove("OSTM_TOKEN"));
+    assert_eq!(code(&out), 2);
+    assert!(stdout(&out).contains("bad-token"), "{}", stdout(&out));
+    drop(host);
+
+    // 256 bytes: refused at startup on both ends, before anything is listened or sent.
+    let long = "x".repeat(256);
+    let o =
+        run(Command::new(host_bin()).args(["serve", "--listen", "127.0.0.1:0", "--token", &long]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("256 bytes; a token is at most 255 bytes"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run(Command::new(viewer_bin())
+        .args(["attach", "127.0.0.1:9"])
+        .env("OSTM_TOKEN", &long));
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("the token from OSTM_TOKEN is 256 bytes"),
+        "{}",
+        stderr(&o)
+    );
+}
