@@ -533,3 +533,144 @@ fn the_stated_maximum_is_the_codecs() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The frames of a small 2D world's handshake: welcome (32 bytes), then its attach
+/// snapshot at `step`.
+fn handshake_to(step: u64) -> (Vec<u8>, ostm_protocol::World) {
+    let mut world = ostm_protocol::World::new(
+        ostm_protocol::Setup {
+            dims: ostm_protocol::Dims::Two,
+            bodies: 1,
+            seed: 7,
+        },
+        None,
+    );
+    world.step = step;
+    let mut bytes = welcome_frame();
+    let snap = ToViewer::Snapshot {
+        kind: ostm_protocol::wire::SnapshotKind::Attach,
+        world: world.clone(),
+    };
+    bytes.extend_from_slice(&HostCodec::encode_frame(&snap).unwrap().0);
+    (bytes, world)
+}
+
+fn frame_of(m: &ToViewer) -> Vec<u8> {
+    HostCodec::encode_frame(m).unwrap().0.to_vec()
+}
+
+/// Every error the viewer reports about a host's stream names the host and the offset of
+/// the frame at fault (docs/protocol.md, "Errors").
+#[test]
+fn the_viewers_errors_name_the_host_and_the_offset() {
+    let record = |step: u64| {
+        ToViewer::Record(ostm_protocol::wire::Record {
+            step,
+            hash: 0,
+            input: bytes::Bytes::new(),
+        })
+    };
+    // A record where the attach snapshot belongs (offset 32, after the welcome).
+    let mut b = welcome_frame();
+    b.extend(frame_of(&record(0)));
+    let addr = fake_host_then(b, false);
+    let out = viewer(&["check", &addr, "--steps", "1"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains(&format!(
+            "{addr}: at offset 32: expected the host's attach snapshot (0x82, kind 0), found a record (0x83)"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    // A second welcome after the snapshot.
+    let (mut b, _) = handshake_to(5);
+    let at = b.len();
+    b.extend(welcome_frame());
+    let addr = fake_host_then(b, false);
+    let out = viewer(&["check", &addr, "--steps", "1"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains(&format!(
+            "{addr}: at offset {at}: expected a record, heartbeat, resync snapshot, end or drift reply, found a welcome (0x81)"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    // A record for the wrong step.
+    let (mut b, _) = handshake_to(5);
+    let at = b.len();
+    b.extend(frame_of(&record(7)));
+    let addr = fake_host_then(b, false);
+    let out = viewer(&["check", &addr, "--steps", "1"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains(&format!(
+            "{addr}: at offset {at}: expected a record for step 5, found a record for step 7"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    // A resync snapshot of another world.
+    let (mut b, _) = handshake_to(5);
+    let at = b.len();
+    let other = ostm_protocol::World::new(
+        ostm_protocol::Setup {
+            dims: ostm_protocol::Dims::Three,
+            bodies: 2,
+            seed: 9,
+        },
+        None,
+    );
+    b.extend(frame_of(&ToViewer::Snapshot {
+        kind: ostm_protocol::wire::SnapshotKind::Resync,
+        world: other,
+    }));
+    let addr = fake_host_then(b, false);
+    let out = viewer(&["check", &addr, "--steps", "1"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains(&format!(
+            "{addr}: at offset {at}: expected a resync snapshot of the attached world (2D, 1 bodies, seed 7, no link), found one of another world (3D, 2 bodies, seed 9, no link)"
+        )),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// The host's refusals name the peer and the offset: the role byte of the hello (15), a
+/// first message that is not a hello (0), a second hello (its frame's offset).
+#[test]
+fn the_hosts_refusals_name_the_peer_and_the_offset() {
+    let host = Host::start(&["--rate", "500", "--status-ms", "0"]);
+    for role in [0u8, 2] {
+        let mut s = raw(&host.addr);
+        let me = s.local_addr().unwrap().to_string();
+        s.write_all(&hello(1, role, b"")).unwrap();
+        ended_with(
+            &read_all(s),
+            EndReason::NotAViewer,
+            &format!("{me}: at offset 15: expected role 1 (viewer), found role {role}"),
+        );
+    }
+    // A heartbeat first.
+    let mut s = raw(&host.addr);
+    let me = s.local_addr().unwrap().to_string();
+    s.write_all(&[9, 0, 0, 0, 0x03, 0, 0, 0, 0, 0, 0, 0, 0])
+        .unwrap();
+    ended_with(
+        &read_all(s),
+        EndReason::NotAViewer,
+        &format!("{me}: at offset 0: expected a hello (0x01) first, found a heartbeat (0x03)"),
+    );
+    // A second hello, after the first (17 bytes).
+    let mut s = raw(&host.addr);
+    let me = s.local_addr().unwrap().to_string();
+    s.write_all(&hello(1, 1, b"")).unwrap();
+    s.write_all(&hello(1, 1, b"")).unwrap();
+    ended_with(
+        &read_all(s),
+        EndReason::ProtocolError,
+        &format!("{me}: at offset 17: expected a drift request (0x02) or heartbeat (0x03), found a second hello (0x01)"),
+    );
+}
