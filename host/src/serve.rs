@@ -67,8 +67,10 @@ pub const DEFAULT_STALL_MS: u64 = 10_000;
   ostm-host serve --steps 36000 --record host.ostm
   # Hold the world at its start step until two viewers have attached
   ostm-host serve --wait-for-viewers 2 --steps 600
-  # Any non-loopback address needs a token (viewers pass --token; it is never logged)
-  ostm-host serve --listen 0.0.0.0:7878 --token \"$OSTM_TOKEN\"
+  # Any non-loopback address needs a token (from OSTM_TOKEN or --token-file; never
+  # logged) and TLS (viewers pass --tls or --tls-ca CA.pem)
+  OSTM_TOKEN=... ostm-host serve --listen 0.0.0.0:7878 --tls-cert host.pem --tls-key host.key
+  ostm-host serve --listen 0.0.0.0:7878 --token-file /etc/ostm/token --allow-plaintext
   # Viewers join at any step: ostm-viewer attach ADDR, ostm-viewer check ADDR --steps N
 
 The first line on stdout is `ostm-host listening on ADDR` (the bound address, so port 0
@@ -77,7 +79,7 @@ picks a free one). Then a status line every --status-ms, and a last `end:` line
 
 Exit codes:
   0  the stream ended cleanly: --steps done, the replay's last step served, or Ctrl-C or SIGTERM
-  2  bad arguments (a non-loopback address without --token, an unreadable replay), the
+  2  bad arguments (a non-loopback address without a token or TLS, a token over 255 bytes, an unreadable replay), the
      address cannot be bound, or the host failed (e.g. its recording could not be written)")]
 pub struct Args {
     /// Address to listen on; port 0 picks a free port. Any address other than loopback
