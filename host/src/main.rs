@@ -8,11 +8,13 @@
 //! - `pending`: connections that have not sent their hello yet (a pool apart from the
 //!   viewer slots).
 //! - `tls`: the host's TLS identity.
+//! - `publish`: the stream published to NATS JetStream.
 //! - `source`: where the world and its inputs come from.
 
 mod conn;
 mod hub;
 mod pending;
+mod publish;
 mod serve;
 mod source;
 mod stepper;

@@ -132,6 +132,8 @@ pub struct Args {
     /// oldest waiting one is closed to make room for a new one.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_WAITING)]
     pub max_waiting: usize,
+    #[command(flatten)]
+    pub nats: NatsArgs,
     /// Most connections waiting for their hello from one IP address.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_WAITING_PER_ADDRESS)]
     pub max_waiting_per_address: usize,
@@ -204,6 +206,79 @@ fn parse_perturb(s: &str) -> Result<(u64, u8), String> {
         .parse()
         .map_err(|_| format!("expected a body index 0..=255, found `{b}`"))?;
     Ok((step, body))
+}
+
+/// Publishing to NATS JetStream (docs/fan-out.md).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct NatsArgs {
+    /// Also publish the stream to this NATS server (nats://HOST:PORT), on the subjects of
+    /// --session; TCP viewers are served as before.
+    #[arg(long, value_name = "URL", requires = "session")]
+    pub publish: Option<String>,
+    /// The session's name on NATS: 1..=64 of A-Z a-z 0-9 _ -.
+    #[arg(long, value_name = "NAME", requires = "publish")]
+    pub session: Option<String>,
+    /// A keyframe every K steps (default: one a second at the host's rate; 100000 at
+    /// --rate max).
+    #[arg(long, value_name = "K")]
+    pub keyframe_every: Option<u64>,
+    /// Keep the stream's messages this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    pub retention_age: u64,
+    /// Keep at most this many bytes of the stream (the oldest go first).
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
+    pub retention_bytes: i64,
+    /// NATS user (with --nats-password).
+    #[arg(long, requires = "nats_password")]
+    pub nats_user: Option<String>,
+    /// NATS password (also from NATS_PASSWORD).
+    #[arg(long, env = "NATS_PASSWORD", hide_env_values = true)]
+    pub nats_password: Option<String>,
+    /// NATS token (also from NATS_TOKEN).
+    #[arg(long, env = "NATS_TOKEN", hide_env_values = true)]
+    pub nats_token: Option<String>,
+    /// NATS credentials file (.creds).
+    #[arg(long, value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// Trust this CA (PEM) for a TLS connection to NATS.
+    #[arg(long, value_name = "PEM")]
+    pub nats_ca: Option<PathBuf>,
+}
+
+impl NatsArgs {
+    /// The publisher's options, or `None` without --publish.
+    ///
+    /// # Errors
+    /// A bad session name or keyframe interval.
+    pub fn options(&self, rate: u32) -> Result<Option<crate::publish::Options>, String> {
+        let (Some(url), Some(session)) = (&self.publish, &self.session) else {
+            return Ok(None);
+        };
+        crate::publish::check_session(session)?;
+        let every =
+            self.keyframe_every
+                .unwrap_or(if rate == 0 { 100_000 } else { u64::from(rate) });
+        if every == 0 {
+            return Err("--keyframe-every must be at least 1".into());
+        }
+        Ok(Some(crate::publish::Options {
+            url: url.clone(),
+            names: crate::publish::Names {
+                session: session.clone(),
+            },
+            keyframe_every: every,
+            rate,
+            max_age: Duration::from_secs(self.retention_age.max(1)),
+            max_bytes: self.retention_bytes.max(1),
+            auth: crate::publish::Auth {
+                user: self.nats_user.clone(),
+                password: self.nats_password.clone(),
+                token: self.nats_token.clone(),
+                credentials: self.nats_creds.clone(),
+                ca: self.nats_ca.clone(),
+            },
+        }))
+    }
 }
 
 /// Runs `serve` on a runtime of its own; Ctrl-C stops it cleanly.
@@ -337,9 +412,19 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         stamps: args.stamps.clone(),
     };
     let cancel = CancellationToken::new();
+    let nats_stop = CancellationToken::new();
+    let (feed, publisher, nats) = match args.nats.options(rate.unwrap_or(0))? {
+        Some(o) => {
+            info!(url = %o.url, session = %o.names.session, "publishing to NATS");
+            let (feed, task) = crate::publish::start(o, hub.clone(), nats_stop.clone());
+            let counters = feed.counters.clone();
+            (Some(feed), Some(task), Some(counters))
+        }
+        None => (None, None, None),
+    };
     let mut stepping = {
         let (hub, cancel) = (hub.clone(), cancel.clone());
-        tokio::task::spawn_blocking(move || stepper::run(hub, source, plan, cancel))
+        tokio::task::spawn_blocking(move || stepper::run(hub, source, plan, feed, cancel))
     };
     let slots = Arc::new(Semaphore::new(args.max_viewers));
     let waiting = Pending::new(args.max_waiting, args.max_waiting_per_address);
@@ -371,7 +456,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            _ = status.tick(), if args.status_ms > 0 => print_status(&hub, args.json, None, waiting.len()),
+            _ = status.tick(), if args.status_ms > 0 => print_status(&hub, args.json, None, waiting.len(), nats.as_deref()),
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     };
@@ -385,7 +470,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         warn!(left = conns.len(), "connections still open at exit");
         conns.abort_all();
     }
-    print_status(&hub, args.json, Some(&end), waiting.len());
+    if let Some(task) = publisher {
+        // The end is in the feed: give the publisher a bounded time to deliver it.
+        if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
+            warn!("the NATS publisher did not finish in time");
+            nats_stop.cancel();
+        }
+    }
+    print_status(&hub, args.json, Some(&end), waiting.len(), nats.as_deref());
     Ok(end)
 }
 
@@ -407,7 +499,13 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
-fn print_status(hub: &Hub, json: bool, end: Option<&End>, waiting: usize) {
+fn print_status(
+    hub: &Hub,
+    json: bool,
+    end: Option<&End>,
+    waiting: usize,
+    nats: Option<&crate::publish::Counters>,
+) {
     let c = &hub.counters;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let step = end.map_or_else(|| hub.step(), |e| e.host_step);
@@ -427,6 +525,19 @@ fn print_status(hub: &Hub, json: bool, end: Option<&End>, waiting: usize) {
     if c.recording.load(Ordering::Relaxed) {
         body.push_str(&format!(" recorded {}", get(&c.recorded)));
     }
+    if let Some(n) = nats {
+        body.push_str(&format!(
+            " nats {} published {} dropped {} failed {}",
+            if n.connected.load(Ordering::Relaxed) {
+                "up"
+            } else {
+                "down"
+            },
+            get(&n.published),
+            get(&n.dropped),
+            get(&n.failed)
+        ));
+    }
     let mut obj = serde_json::json!({
         "event": if end.is_some() { "end" } else { "status" },
         "step": step,
@@ -443,6 +554,12 @@ fn print_status(hub: &Hub, json: bool, end: Option<&End>, waiting: usize) {
         "queue_cap": hub.limits.queue,
         "recorded": get(&c.recorded),
     });
+    if let Some(n) = nats {
+        obj["nats_connected"] = n.connected.load(Ordering::Relaxed).into();
+        obj["nats_published"] = get(&n.published).into();
+        obj["nats_dropped"] = get(&n.dropped).into();
+        obj["nats_failed"] = get(&n.failed).into();
+    }
     let plain = match end {
         Some(e) => {
             obj["reason"] = e.reason.name().into();

@@ -2,6 +2,7 @@
 //! publishes each step to the hub without ever waiting on a viewer.
 
 use crate::hub::Hub;
+use crate::publish::Feed;
 use crate::source::Source;
 use ostm_protocol::recording::{Durability, Recorder};
 use ostm_protocol::wire::{End, EndReason, HostCodec, Record, ToViewer};
@@ -58,7 +59,13 @@ fn flush_due(hub: &Hub, recorder: &mut Option<Recorder>) -> Result<(), String> {
 
 /// Runs until the plan is done, the replay runs out, or `cancel` fires; then ends the
 /// hub's stream with the reason. Returns how the stream ended.
-pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationToken) -> End {
+pub fn run(
+    hub: Arc<Hub>,
+    mut source: Source,
+    plan: Plan,
+    mut feed: Option<Feed>,
+    cancel: CancellationToken,
+) -> End {
     let end = |reason, text: String, step| End {
         reason,
         text,
@@ -150,6 +157,9 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
         };
         let world = source.world_mut();
         let step = world.step;
+        if let Some(f) = feed.as_mut() {
+            f.before_step(world);
+        }
         world.step(&input.ops);
         if let Some((at, body)) = plan.perturb {
             if world.step == at {
@@ -193,6 +203,9 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
                 .map_or(0, |d| d.as_nanos());
             let _ = writeln!(out, "{} {ns}", world.step);
         }
+        if let Some(f) = feed.as_mut() {
+            f.record(step, &frame.0);
+        }
         hub.publish(world, input.bytes.clone(), &frame);
         if let Some(r) = recorder.as_mut() {
             if let Err(e) = r.push(&input.bytes, hash) {
@@ -210,6 +223,9 @@ pub fn run(hub: Arc<Hub>, mut source: Source, plan: Plan, cancel: CancellationTo
     };
     // Tell the viewers first: finishing a long recording must not delay their end message.
     hub.end(result.clone());
+    if let Some(f) = feed {
+        f.end(result.clone());
+    }
     if let Some(mut out) = stamps {
         use std::io::Write;
         let _ = out.flush();
