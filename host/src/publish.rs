@@ -87,17 +87,7 @@ pub struct Options {
     pub rate: u32,
     pub max_age: Duration,
     pub max_bytes: i64,
-    pub auth: Auth,
-}
-
-/// NATS's own means of authentication, as options.
-#[derive(Debug, Clone, Default)]
-pub struct Auth {
-    pub user: Option<String>,
-    pub password: Option<String>,
-    pub token: Option<String>,
-    pub credentials: Option<std::path::PathBuf>,
-    pub ca: Option<std::path::PathBuf>,
+    pub auth: ostm_protocol::cli::NatsAuthArgs,
 }
 
 /// Counters for the status line.
@@ -187,29 +177,6 @@ pub fn start(
     (feed, task)
 }
 
-/// Connects with NATS's own options.
-pub async fn connect(url: &str, auth: &Auth) -> Result<async_nats::Client, String> {
-    let mut o = async_nats::ConnectOptions::new().retry_on_initial_connect();
-    if let (Some(u), Some(p)) = (&auth.user, &auth.password) {
-        o = o.user_and_password(u.clone(), p.clone());
-    }
-    if let Some(t) = &auth.token {
-        o = o.token(t.clone());
-    }
-    if let Some(c) = &auth.credentials {
-        o = o
-            .credentials_file(c)
-            .await
-            .map_err(|e| format!("cannot read the NATS credentials {}: {e}", c.display()))?;
-    }
-    if let Some(ca) = &auth.ca {
-        o = o.add_root_certificates(ca.clone()).require_tls(true);
-    }
-    o.connect(url)
-        .await
-        .map_err(|e| format!("cannot connect to NATS at {url}: {e}"))
-}
-
 async fn run(
     opts: Options,
     hub: Arc<Hub>,
@@ -217,8 +184,14 @@ async fn run(
     counters: Arc<Counters>,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let client = match connect(&opts.url, &opts.auth).await {
-        Ok(c) => c,
+    let client = match opts.auth.connect_options().await {
+        Ok(o) => match o.retry_on_initial_connect().connect(&opts.url).await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!("cannot connect to NATS at {}: {e}", opts.url);
+                return;
+            }
+        },
         Err(e) => {
             warn!("{e}");
             return;

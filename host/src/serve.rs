@@ -7,7 +7,7 @@ use crate::hub::{Hub, Limits};
 use crate::pending::Pending;
 use crate::source::{Source, DEFAULT_SETUP};
 use crate::stepper::{self, Plan};
-use ostm_protocol::cli::{RecordArgs, TokenArgs};
+use ostm_protocol::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
 use ostm_protocol::recording::check_target;
 use ostm_protocol::wire::{
     End, EndReason, PeerRole, Welcome, DEFAULT_PORT, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
@@ -228,21 +228,8 @@ pub struct NatsArgs {
     /// Keep at most this many bytes of the stream (the oldest go first).
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
     pub retention_bytes: i64,
-    /// NATS user (with --nats-password).
-    #[arg(long, requires = "nats_password")]
-    pub nats_user: Option<String>,
-    /// NATS password (also from NATS_PASSWORD).
-    #[arg(long, env = "NATS_PASSWORD", hide_env_values = true)]
-    pub nats_password: Option<String>,
-    /// NATS token (also from NATS_TOKEN).
-    #[arg(long, env = "NATS_TOKEN", hide_env_values = true)]
-    pub nats_token: Option<String>,
-    /// NATS credentials file (.creds).
-    #[arg(long, value_name = "FILE")]
-    pub nats_creds: Option<PathBuf>,
-    /// Trust this CA (PEM) for a TLS connection to NATS.
-    #[arg(long, value_name = "PEM")]
-    pub nats_ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub auth: NatsAuthArgs,
 }
 
 impl NatsArgs {
@@ -270,13 +257,7 @@ impl NatsArgs {
             rate,
             max_age: Duration::from_secs(self.retention_age.max(1)),
             max_bytes: self.retention_bytes.max(1),
-            auth: crate::publish::Auth {
-                user: self.nats_user.clone(),
-                password: self.nats_password.clone(),
-                token: self.nats_token.clone(),
-                credentials: self.nats_creds.clone(),
-                ca: self.nats_ca.clone(),
-            },
+            auth: self.auth.clone(),
         }))
     }
 }

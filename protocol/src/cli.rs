@@ -151,3 +151,51 @@ mod tests {
             .contains("cannot read the token file"));
     }
 }
+
+/// NATS's own means of authentication and TLS, as options of both binaries (nothing
+/// home-made: they go to the NATS client as they are).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct NatsAuthArgs {
+    /// NATS user (with --nats-password).
+    #[arg(long, requires = "nats_password")]
+    pub nats_user: Option<String>,
+    /// NATS password (also from NATS_PASSWORD).
+    #[arg(long, env = "NATS_PASSWORD", hide_env_values = true)]
+    pub nats_password: Option<String>,
+    /// NATS token (also from NATS_TOKEN).
+    #[arg(long, env = "NATS_TOKEN", hide_env_values = true)]
+    pub nats_token: Option<String>,
+    /// NATS credentials file (.creds).
+    #[arg(long, value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// Trust this CA (PEM) and require TLS to the NATS server.
+    #[arg(long, value_name = "PEM")]
+    pub nats_ca: Option<PathBuf>,
+}
+
+#[cfg(feature = "nats")]
+impl NatsAuthArgs {
+    /// The NATS client's options for these settings.
+    ///
+    /// # Errors
+    /// The credentials file cannot be read.
+    pub async fn connect_options(&self) -> Result<async_nats::ConnectOptions, String> {
+        let mut o = async_nats::ConnectOptions::new();
+        if let (Some(u), Some(p)) = (&self.nats_user, &self.nats_password) {
+            o = o.user_and_password(u.clone(), p.clone());
+        }
+        if let Some(t) = &self.nats_token {
+            o = o.token(t.clone());
+        }
+        if let Some(c) = &self.nats_creds {
+            o = o
+                .credentials_file(c)
+                .await
+                .map_err(|e| format!("cannot read the NATS credentials {}: {e}", c.display()))?;
+        }
+        if let Some(ca) = &self.nats_ca {
+            o = o.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        Ok(o)
+    }
+}

@@ -8,7 +8,7 @@ use crate::exit::Exit;
 use crate::live::drift::{default_bundle_path, write_bundle};
 use crate::live::session::{self, Event, Options, Outcome, Status, Stop};
 use crate::live::tls::{Tls, TlsArgs};
-use ostm_protocol::cli::{RecordArgs, TokenArgs};
+use ostm_protocol::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
 use ostm_protocol::fields::{density_decimal, Fields};
 use ostm_protocol::World;
 use std::io::{IsTerminal, Write};
@@ -74,6 +74,10 @@ pub struct Args {
     pub reconnect_for: u64,
     #[command(flatten)]
     pub host: HostArgs,
+    /// On NATS (ADDR nats://HOST:PORT/NAME): start from the keyframe at or before this
+    /// step, not the latest (rewind a live session, as far as the stream still holds).
+    #[arg(long, value_name = "STEP")]
+    pub from_step: Option<u64>,
     /// Print events and the result as JSON objects, one per line, for scripts.
     #[arg(long)]
     pub json: bool,
@@ -227,6 +231,8 @@ pub struct HostArgs {
     pub token: TokenArgs,
     #[command(flatten)]
     pub tls: TlsArgs,
+    #[command(flatten)]
+    pub nats: NatsAuthArgs,
 }
 
 impl HostArgs {
@@ -249,6 +255,8 @@ pub fn run(args: Args) -> Exit {
         addr: args.addr.clone(),
         token,
         tls,
+        nats_auth: args.host.nats.clone(),
+        from_step: args.from_step,
         steps: args.steps,
         until: args.until,
         record: args.recording.record.clone(),

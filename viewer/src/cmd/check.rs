@@ -64,6 +64,7 @@ pub fn run(args: Args) -> Exit {
         addr: args.addr.clone(),
         token,
         tls,
+        nats_auth: args.host.nats.clone(),
         steps: Some(args.steps),
         ..Options::default()
     };

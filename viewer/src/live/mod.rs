@@ -3,6 +3,7 @@
 //!
 //! - [`network`]: the reader: connection, handshake, reading into the spool, heartbeats,
 //!   reconnection.
+//! - [`nats`]: the reader for a session on NATS JetStream.
 //! - [`spool`]: the queue between reader and verifier, spilling to disk.
 //! - [`tls`]: the viewer's TLS options and set-up.
 //! - [`session`]: the verifier, fed by the spool: verify, record, report.
@@ -10,6 +11,7 @@
 //! - [`record`]: a recording that continues in a new numbered file across a resync.
 
 pub mod drift;
+pub mod nats;
 pub mod network;
 pub mod record;
 pub mod session;

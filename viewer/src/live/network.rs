@@ -75,8 +75,14 @@ pub struct Network {
 }
 
 impl Network {
-    /// Starts the reader on its own thread; everything it reads goes to `spool`.
-    pub fn start(dial: Dial, spool: Arc<Spool>, shared: Arc<Shared>) -> std::io::Result<Network> {
+    /// Starts the reader on its own thread; everything it reads goes to `spool`. With
+    /// `nats`, the session is read from NATS JetStream instead of a TCP host.
+    pub fn start(
+        dial: Dial,
+        nats: Option<super::nats::Dial>,
+        spool: Arc<Spool>,
+        shared: Arc<Shared>,
+    ) -> std::io::Result<Network> {
         let cancel = CancellationToken::new();
         let (to_host, from_verifier) = mpsc::unbounded_channel();
         let (reply_tx, replies) = std::sync::mpsc::channel();
@@ -89,16 +95,36 @@ impl Network {
             .spawn(move || {
                 let sp = spool.clone();
                 rt.block_on(async move {
-                    let mut reader = Reader {
-                        dial,
-                        spool: sp,
-                        shared: shared.clone(),
-                        cancel: c.clone(),
-                        from_verifier,
-                        replies: reply_tx,
+                    let read = async {
+                        match nats {
+                            Some(n) => {
+                                let ended = super::nats::run(
+                                    n,
+                                    sp.clone(),
+                                    shared.clone(),
+                                    from_verifier,
+                                    reply_tx,
+                                )
+                                .await;
+                                if let Ended::Lost(why) | Ended::Broken(why) = ended {
+                                    let _ = sp.push(Item::Lost { why, last: true });
+                                }
+                            }
+                            None => {
+                                let mut reader = Reader {
+                                    dial,
+                                    spool: sp,
+                                    shared: shared.clone(),
+                                    cancel: c.clone(),
+                                    from_verifier,
+                                    replies: reply_tx,
+                                };
+                                reader.run().await
+                            }
+                        }
                     };
                     tokio::select! {
-                        _ = reader.run() => {}
+                        _ = read => {}
                         _ = ostm_protocol::signal::stop_signal() => {
                             shared.interrupted.store(true, Ordering::SeqCst);
                         }
@@ -184,7 +210,7 @@ enum Refused {
 }
 
 /// How one connection's stream ended.
-enum Ended {
+pub enum Ended {
     Cancelled,
     /// The host's end message (already in the spool).
     End(End),

@@ -35,6 +35,10 @@ pub struct Options {
     pub token: Option<String>,
     /// TLS, when asked for.
     pub tls: Option<super::tls::Tls>,
+    /// NATS's authentication, for a `nats://HOST:PORT/NAME` address.
+    pub nats_auth: ostm_protocol::cli::NatsAuthArgs,
+    /// On NATS: start from the keyframe at or before this step.
+    pub from_step: Option<u64>,
     /// Stop after verifying this many steps.
     pub steps: Option<u64>,
     /// Stop once the viewer's world reaches this step.
@@ -253,7 +257,25 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         throttle_read: opts.throttle_read,
         tls: opts.tls.clone(),
     };
-    let net = match Network::start(dial, spool.clone(), shared.clone()) {
+    let nats = match super::nats::parse(&opts.addr) {
+        None => None,
+        Some(Ok(target)) => Some(super::nats::Dial {
+            target,
+            auth: opts.nats_auth.clone(),
+            from_step: opts.from_step,
+        }),
+        Some(Err(e)) => {
+            out.stop = Stop::Failed(e);
+            return out;
+        }
+    };
+    if opts.from_step.is_some() && nats.is_none() {
+        out.stop = Stop::Failed(
+            "--from-step needs a session on NATS (nats://HOST:PORT/NAME): a TCP host streams from its current step".into(),
+        );
+        return out;
+    }
+    let net = match Network::start(dial, nats, spool.clone(), shared.clone()) {
         Ok(n) => n,
         Err(e) => {
             out.stop = Stop::Failed(format!("cannot start the reader: {e}"));

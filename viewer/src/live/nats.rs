@@ -1,0 +1,358 @@
+//! The viewer's reader for a session on NATS JetStream (`nats://HOST:PORT/NAME`,
+//! docs/fan-out.md): joins at the latest keyframe (or the one at or before `--from-step`),
+//! then takes every message of the stream in order from there into the same [`Spool`] the
+//! TCP reader fills, so the verifier does not know which transport carried them.
+//!
+//! A message is as untrusted as bytes on a socket: a malformed payload, an oversized one
+//! or a keyframe of another world ends the session with the subject, the stream sequence
+//! and the byte offset; a record already seen (a duplicate delivery) is skipped by its
+//! step number; a record past the next step is a gap, closed by the next keyframe.
+
+use super::network::{Ended, Shared};
+use super::spool::{Item, Spool};
+use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
+use bytes::BytesMut;
+use futures::StreamExt;
+use ostm_protocol::cli::NatsAuthArgs;
+use ostm_protocol::wire::{
+    DriftReply, PeerRole, ToHost, ToViewer, ViewerCodec, Welcome, WireError, VERSION,
+};
+use ostm_protocol::World;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::codec::Decoder;
+use tracing::debug;
+
+/// The largest message payload a viewer takes: a batch of records (at most 64 KiB) plus
+/// one largest frame.
+pub const MAX_PAYLOAD: usize = 64 * 1024 + 4 + 65_554;
+/// How long a drift request waits for the host's reply.
+const DRIFT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A session on NATS: the server and the session's name.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub session: String,
+}
+
+/// `nats://HOST:PORT/NAME` as server and session; `None` for any other address.
+pub fn parse(addr: &str) -> Option<Result<Target, String>> {
+    let rest = addr.strip_prefix("nats://")?;
+    Some(match rest.split_once('/') {
+        Some((server, name)) if !server.is_empty() && valid_session(name) => Ok(Target {
+            url: format!("nats://{server}"),
+            session: name.to_string(),
+        }),
+        _ => Err(format!(
+            "{addr}: expected nats://HOST:PORT/NAME, NAME 1..=64 of A-Z a-z 0-9 _ -"
+        )),
+    })
+}
+
+fn valid_session(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// What the NATS reader needs.
+#[derive(Debug, Clone)]
+pub struct Dial {
+    pub target: Target,
+    pub auth: NatsAuthArgs,
+    /// Start from the keyframe at or before this step, not the latest.
+    pub from_step: Option<u64>,
+}
+
+impl Target {
+    fn stream(&self) -> String {
+        format!("OSTM_{}", self.session)
+    }
+    fn subject(&self, leaf: &str) -> String {
+        format!("ostm.{}.{leaf}", self.session)
+    }
+    /// The name a message is given in errors.
+    fn place(&self, subject: &str, seq: u64) -> String {
+        format!(
+            "{}/{}: subject {subject}, stream sequence {seq}",
+            self.url, self.session
+        )
+    }
+}
+
+/// Decodes every frame of a payload; errors name the message and the offset in it.
+fn frames(place: &str, payload: &[u8]) -> Result<Vec<ToViewer>, String> {
+    if payload.len() > MAX_PAYLOAD {
+        return Err(format!(
+            "{place}: at offset 0: expected a payload of at most {MAX_PAYLOAD} bytes, found {}",
+            payload.len()
+        ));
+    }
+    let mut src = BytesMut::from(payload);
+    let mut codec = ViewerCodec::new(place.to_string());
+    let mut out = Vec::new();
+    loop {
+        match codec.decode_eof(&mut src) {
+            Ok(Some(m)) => out.push(m),
+            Ok(None) => break,
+            Err(WireError::Format(e)) => return Err(e.to_string()),
+            Err(WireError::Io(e)) => return Err(format!("{place}: {e}")),
+        }
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "{place}: at offset 0: expected at least one frame, found an empty payload"
+        ));
+    }
+    Ok(out)
+}
+
+/// The one keyframe a `.key` message holds.
+fn keyframe(place: &str, payload: &[u8]) -> Result<World, String> {
+    match frames(place, payload)?.as_slice() {
+        [ToViewer::Snapshot { world, .. }] => Ok(world.clone()),
+        _ => Err(format!(
+            "{place}: at offset 0: expected one snapshot frame (0x82), found another message"
+        )),
+    }
+}
+
+/// Runs the reader until the stream ends, fails, or `cancel` fires.
+pub async fn run(
+    dial: Dial,
+    spool: Arc<Spool>,
+    shared: Arc<Shared>,
+    mut from_verifier: mpsc::UnboundedReceiver<ToHost>,
+    replies: std::sync::mpsc::Sender<Option<DriftReply>>,
+) -> Ended {
+    let t = &dial.target;
+    let client = match dial.auth.connect_options().await {
+        Ok(o) => match o.connect(&t.url).await {
+            Ok(c) => c,
+            Err(e) => return Ended::Broken(format!("cannot connect to NATS at {}: {e}", t.url)),
+        },
+        Err(e) => return Ended::Broken(e),
+    };
+    let js = jetstream::new(client.clone());
+    let stream = match js.get_stream(t.stream()).await {
+        Ok(s) => s,
+        Err(e) => {
+            return Ended::Broken(format!(
+                "no session {} on {} (stream {}): {e}",
+                t.session,
+                t.url,
+                t.stream()
+            ))
+        }
+    };
+    let keys = t.subject("key");
+    // The keyframe to start from, and its stream sequence.
+    let start = match dial.from_step {
+        None => match stream.direct_get_last_for_subject(&keys).await {
+            Ok(m) => {
+                let place = t.place(&keys, m.sequence);
+                keyframe(&place, &m.payload).map(|w| (m.sequence, w, rate(&m.headers)))
+            }
+            Err(e) => Err(format!(
+                "{}/{}: no keyframe yet on {keys}: {e}",
+                t.url, t.session
+            )),
+        },
+        Some(s) => find_keyframe(&stream, t, &keys, s).await,
+    };
+    let (key_seq, world, host_rate) = match start {
+        Ok(k) => k,
+        Err(e) => return Ended::Broken(e),
+    };
+    let (setup, link) = (world.setup(), world.link());
+    let mut expected = world.step;
+    shared.connection.fetch_add(1, Ordering::SeqCst);
+    shared.host_step.fetch_max(world.step, Ordering::Relaxed);
+    let welcome = Welcome {
+        version: VERSION,
+        role: PeerRole::Host as u8,
+        rate: host_rate,
+        heartbeat_ms: 0,
+        ring: 0,
+        queue: 0,
+    };
+    if spool.push(Item::Attached { welcome, world }).is_err() {
+        return Ended::Broken("cannot spool the keyframe".into());
+    }
+    let consumer = match stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: format!("ostm.{}.*", t.session),
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: key_seq + 1,
+            },
+            ..Default::default()
+        })
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => return Ended::Broken(format!("cannot read the stream {}: {e}", t.stream())),
+    };
+    let mut messages = match consumer.messages().await {
+        Ok(m) => m,
+        Err(e) => return Ended::Broken(format!("cannot read the stream {}: {e}", t.stream())),
+    };
+    let (recs, end) = (t.subject("rec"), t.subject("end"));
+    // A record past the next step was seen: records are skipped until a keyframe at or
+    // after the step the viewer is at.
+    let mut gap = false;
+    let mut batch: Vec<Item> = Vec::new();
+    loop {
+        let msg = tokio::select! {
+            m = messages.next() => m,
+            r = from_verifier.recv() => {
+                if let Some(ToHost::DriftRequest { step }) = r {
+                    let reply = drift(&client, &t.subject("drift"), step).await;
+                    let _ = replies.send(reply);
+                }
+                continue;
+            }
+        };
+        let msg = match msg {
+            None => return Ended::Lost(format!("the stream {} ended", t.stream())),
+            Some(Err(e)) => {
+                // The ordered consumer recreates itself after a server restart; a gap
+                // this leaves is found by step number.
+                debug!("stream read error: {e}");
+                continue;
+            }
+            Some(Ok(m)) => m,
+        };
+        let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+        let subject = msg.subject.as_str().to_string();
+        let place = t.place(&subject, seq);
+        if subject == recs {
+            let decoded = match frames(&place, &msg.payload) {
+                Ok(f) => f,
+                Err(e) => return Ended::Broken(e),
+            };
+            for m in decoded {
+                let ToViewer::Record(r) = m else {
+                    return Ended::Broken(format!(
+                        "{place}: expected record frames (0x83) only, found another message"
+                    ));
+                };
+                shared
+                    .host_step
+                    .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
+                if gap || r.step < expected {
+                    // A duplicate delivery, or a record the viewer cannot use yet.
+                    continue;
+                }
+                if r.step > expected {
+                    debug!(expected, found = r.step, "gap in the stream");
+                    gap = true;
+                    continue;
+                }
+                expected = r.step.wrapping_add(1);
+                batch.push(Item::Record(r));
+            }
+        } else if subject == keys {
+            let world = match keyframe(&place, &msg.payload) {
+                Ok(w) => w,
+                Err(e) => return Ended::Broken(e),
+            };
+            if world.setup() != setup || world.link() != link {
+                return Ended::Broken(format!(
+                    "{place}: expected a keyframe of the session's world, found one of another world"
+                ));
+            }
+            shared.host_step.fetch_max(world.step, Ordering::Relaxed);
+            if gap && world.step >= expected {
+                gap = false;
+                expected = world.step;
+                batch.push(Item::Resync(world));
+            }
+        } else if subject == end {
+            match frames(&place, &msg.payload).as_deref() {
+                Ok([ToViewer::End(e)]) => {
+                    batch.push(Item::End(e.clone()));
+                    let _ = spool.push_all(&mut batch);
+                    return Ended::End(e.clone());
+                }
+                Ok(_) => {
+                    return Ended::Broken(format!(
+                        "{place}: expected one end frame (0x85), found another message"
+                    ))
+                }
+                Err(e) => return Ended::Broken(e.clone()),
+            }
+        } else {
+            debug!(subject, "a message on another subject; ignored");
+        }
+        if let Err(e) = spool.push_all(&mut batch) {
+            return Ended::Broken(format!("cannot spool the stream's records to disk: {e}"));
+        }
+    }
+}
+
+/// The host's rate from a keyframe's `Ostm-Rate` header (0 when absent).
+fn rate(headers: &async_nats::HeaderMap) -> u32 {
+    headers
+        .get("Ostm-Rate")
+        .and_then(|v| v.as_str().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The last keyframe at or before `step`, read through the keyframes in order.
+async fn find_keyframe(
+    stream: &jetstream::stream::Stream,
+    t: &Target,
+    keys: &str,
+    step: u64,
+) -> Result<(u64, World, u32), String> {
+    let consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: keys.to_string(),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| format!("cannot read the keyframes of {}: {e}", t.stream()))?;
+    let mut msgs = consumer
+        .messages()
+        .await
+        .map_err(|e| format!("cannot read the keyframes of {}: {e}", t.stream()))?;
+    let mut best: Option<(u64, World, u32)> = None;
+    while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), msgs.next()).await {
+        let info = m.info().map_err(|e| e.to_string())?;
+        let (seq, pending) = (info.stream_sequence, info.pending);
+        let world = keyframe(&t.place(keys, seq), &m.payload)?;
+        if world.step > step {
+            break;
+        }
+        let r = m.headers.as_ref().map(rate).unwrap_or(0);
+        best = Some((seq, world, r));
+        if pending == 0 {
+            break;
+        }
+    }
+    best.ok_or_else(|| {
+        format!(
+            "{}/{}: the stream holds no keyframe at or before step {step} (its oldest has gone, or the session started later)",
+            t.url, t.session
+        )
+    })
+}
+
+/// Asks the host for its snapshot at `step` by request/reply; `None` when no host answers.
+async fn drift(client: &async_nats::Client, subject: &str, step: u64) -> Option<DriftReply> {
+    let req = ViewerCodec::encode_frame(&ToHost::DriftRequest { step }).ok()?;
+    let reply = tokio::time::timeout(DRIFT_TIMEOUT, client.request(subject.to_string(), req.0))
+        .await
+        .ok()?
+        .ok()?;
+    match frames(subject, &reply.payload).ok()?.as_slice() {
+        [ToViewer::DriftReply(d)] => Some(d.clone()),
+        _ => None,
+    }
+}
