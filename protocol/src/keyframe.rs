@@ -618,13 +618,12 @@ pub fn row_in(replay: &Replay, world: &World) -> Result<usize, String> {
     }
     let start = replay.start_step();
     let end = replay.end_step();
-    if world.step < start || world.step > end {
-        return Err(format!(
+    replay.row_of(world.step).ok_or_else(|| {
+        format!(
             "the keyframe's tick {} is outside the replay's steps {start}..={end}",
             world.step
-        ));
-    }
-    Ok((world.step - start) as usize)
+        )
+    })
 }
 
 /// Runs `replay` on from a keyframe's world: the world must have the replay's setup and

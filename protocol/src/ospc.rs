@@ -65,6 +65,10 @@ pub enum GhostError {
         from: u64,
         to: u64,
     },
+    /// Frames that would run past step `u64::MAX` (where a replay's step wraps to 0), which
+    /// a pose cache's steps `S..=S+F-1` cannot.
+    #[error("frames from step {from} on ({frames} of them) would pass step 18446744073709551615, which a pose cache cannot hold")]
+    PastMaxStep { from: u64, frames: u64 },
     /// Zero frames, or more than [`MAX_FRAMES`].
     #[error("expected a frame count of 1..={MAX_FRAMES}, found {0}")]
     FrameCount(u64),
@@ -165,16 +169,21 @@ impl PoseCache {
             from,
             to,
         };
-        if to > last {
-            return Err(out_of_range);
+        // Every frame's step must be one the replay holds (counted from its start step,
+        // modulo 2^64: `Replay::row_of`), and none may pass u64::MAX.
+        match replay.row_of(from) {
+            Some(row) if (row as u64).saturating_add(frames - 1) <= replay.step_count() as u64 => {}
+            _ => return Err(out_of_range),
         }
-        // Fails exactly when `from` is outside the replay.
+        if from.checked_add(frames - 1).is_none() {
+            return Err(GhostError::PastMaxStep { from, frames });
+        }
         let mut world = replay.world_at(from, |_| {}).map_err(|_| out_of_range)?;
         let mut worlds_poses: Vec<Vec<Pose>> = Vec::with_capacity(frames as usize);
         for f in 0..frames {
             worlds_poses.push(poses_of(&world, offset)?);
             if f + 1 < frames {
-                world.step(&replay.inputs.ops((world.step - first) as usize));
+                world.step(&replay.inputs.ops(world.step.wrapping_sub(first) as usize));
             }
         }
         let bodies = worlds_poses.iter().map(Vec::len).max().unwrap_or(1).max(1);

@@ -165,6 +165,12 @@ impl Replay {
         self.start_step().wrapping_add(self.step_count() as u64)
     }
 
+    /// The hash row at which the replay holds step `step` ([`row_of`]: counted from the
+    /// start step modulo 2^64), if it holds it.
+    pub fn row_of(&self, step: u64) -> Option<usize> {
+        row_of(self.start_step(), self.step_count() as u64, step).map(|r| r as usize)
+    }
+
     /// Runs every step and fills in the hash rows.
     pub fn compute_hashes(&mut self) {
         let mut world = self.start_world();
@@ -295,6 +301,14 @@ pub struct Header {
     /// The step count (at most [`MAX_STEPS`]).
     pub steps: u32,
     pub start: Option<World>,
+}
+
+/// The hash row at which a replay that starts at step `start` and runs `steps` steps holds
+/// step `step`: `step - start` counted modulo 2^64 (the step after `u64::MAX` is 0, as the
+/// world's step wraps), when that is at most `steps`; else `None`.
+pub fn row_of(start: u64, steps: u64, step: u64) -> Option<u64> {
+    let row = step.wrapping_sub(start);
+    (row <= steps).then_some(row)
 }
 
 /// The flags word of a replay with (or without) hash rows, a start snapshot and a link block.
@@ -436,13 +450,13 @@ impl Replay {
     /// step.
     pub fn world_at(&self, step: u64, mut progress: impl FnMut(usize)) -> Result<World, String> {
         let (first, last) = (self.start_step(), self.end_step());
-        if step < first || step > last {
+        let Some(row) = self.row_of(step) else {
             return Err(format!(
                 "step {step} is outside the replay, which holds steps {first}..={last}"
             ));
-        }
+        };
         let mut world = self.start_world();
-        for i in 0..(step - first) as usize {
+        for i in 0..row {
             world.step(&self.inputs.ops(i));
             if i % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
                 progress(i + 1);

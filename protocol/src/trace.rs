@@ -738,8 +738,11 @@ impl<R: Read + Seek> ReplayTracer<R> {
     }
 }
 
-/// Writes the trace of a replay, rows for steps `from..=to` (clamped to the replay).
-/// Returns the number of rows written.
+/// Writes the trace of a replay, the rows whose step is in `from..=to`, in run order.
+/// Returns the number of rows written. In a replay whose steps run past `u64::MAX` (the
+/// step after it is 0) the rows after the wrap are read too, so a range can keep rows on
+/// both sides of it; `ostm-viewer trace` refuses a range that would leave out the rows
+/// between them.
 pub fn trace_replay<R: Read + Seek, W: Write>(
     stream: ReplayStream<R>,
     out: W,
@@ -748,11 +751,19 @@ pub fn trace_replay<R: Read + Seek, W: Write>(
 ) -> Result<u64, TraceError> {
     let setup = stream.header().setup;
     let link = stream.header().link;
+    let wraps = stream
+        .start_world()
+        .step
+        .checked_add(u64::from(stream.header().steps))
+        .is_none();
     let mut w = TraceWriter::new(out, &setup, link).map_err(TraceError::Write)?;
     let mut t = ReplayTracer::new(stream);
     while let Some(world) = t.next_world().map_err(TraceError::Input)? {
-        if world.step > to {
+        if world.step > to && !wraps {
             break;
+        }
+        if world.step > to {
+            continue;
         }
         if world.step >= from {
             w.row(world).map_err(TraceError::Write)?;

@@ -72,7 +72,7 @@ pub struct Assembled {
 impl Assembled {
     /// The step the replay's last world is at.
     pub fn end_step(&self) -> u64 {
-        self.start_step.saturating_add(u64::from(self.steps))
+        self.start_step.wrapping_add(u64::from(self.steps))
     }
 }
 
@@ -271,7 +271,7 @@ pub fn assemble(journal: &Path, out: &Path, verify: bool) -> Result<Assembled, A
     let mut steps: u32 = 0;
     let mut dropped = None;
     loop {
-        let step = start_step.saturating_add(u64::from(steps));
+        let step = start_step.wrapping_add(u64::from(steps));
         let (at, hash) = match recs.next(step).map_err(input_err)? {
             Next::End => break,
             Next::Torn { at, why } => {
@@ -300,7 +300,7 @@ pub fn assemble(journal: &Path, out: &Path, verify: bool) -> Result<Assembled, A
                     at,
                     format!(
                         "the hash row of step {} is {hash:016x}, the replay computes {computed:016x}",
-                        step + 1
+                        step.wrapping_add(1)
                     ),
                 ));
                 break;
@@ -314,7 +314,10 @@ pub fn assemble(journal: &Path, out: &Path, verify: bool) -> Result<Assembled, A
     // Pass 2: the inputs of the steps kept.
     let mut recs = Records::open(journal, head.records_at).map_err(input_err)?;
     for s in 0..steps {
-        match recs.next(start_step + u64::from(s)).map_err(input_err)? {
+        match recs
+            .next(start_step.wrapping_add(u64::from(s)))
+            .map_err(input_err)?
+        {
             Next::Record { .. } => {
                 let n = recs.input.len() as u16;
                 w.write_all(&n.to_le_bytes()).map_err(write_err)?;
