@@ -150,6 +150,34 @@ fn a_cut_header_recovers_nothing_and_says_where() {
     assert!(e.to_string().contains("expected magic \"OSTMPART\""), "{e}");
 }
 
+/// The recorder always sets flag bit 0: a header without it is refused at the flags (it
+/// would assemble into a replay whose rows are read as inputs). Found by the `journal`
+/// fuzz target (fixtures/fuzz/journal/).
+#[test]
+fn a_header_without_hash_rows_recovers_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = read("test-2d-600.ostm");
+    let out = dir.path().join("n.ostm");
+    std::mem::forget(record(&r, &out, 5, Durability::default()));
+    let mut bytes = std::fs::read(journal_path(&out)).unwrap();
+    assert_eq!(bytes[8 + 6], 1, "flags 0x0001");
+    bytes[8 + 6] = 0;
+    std::fs::write(journal_path(&out), &bytes).unwrap();
+    for verify in [true, false] {
+        match assemble(&journal_path(&out), &out, verify) {
+            Err(AssembleError::Input(e)) => {
+                assert_eq!(e.offset, 14, "{e}");
+                assert_eq!(
+                    e.message,
+                    "expected flag bit 0 (hash rows) set in an in-progress recording, found flags 0x0000"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!out.exists(), "nothing is written");
+    }
+}
+
 #[test]
 fn a_row_the_replay_does_not_reproduce_ends_what_is_kept() {
     let dir = tempfile::tempdir().unwrap();

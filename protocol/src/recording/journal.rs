@@ -17,7 +17,7 @@ use super::ostm_header;
 use crate::cursor::Cursor;
 use crate::error::FormatError;
 use crate::op::for_each_op;
-use crate::ostm::{start_world, Header, MAX_HEADER_BYTES, MAX_STEPS};
+use crate::ostm::{start_world, Header, FLAG_HASHES, MAX_HEADER_BYTES, MAX_STEPS};
 use crate::world::World;
 use crate::Op;
 use std::fs::File;
@@ -128,6 +128,17 @@ fn read_head(name: &str, file: &mut File) -> Result<Head, FormatError> {
     let at = JOURNAL_MAGIC.len();
     let mut c = Cursor::new(name, &buf[at..], at as u64);
     let header = Header::read(name, &mut c)?;
+    // The recorder always writes hash rows (one per record): a header without flag bit 0
+    // would assemble into a replay whose rows are read as step inputs.
+    if header.flags & FLAG_HASHES == 0 {
+        return Err(c.error_at(
+            (at + 6) as u64,
+            format!(
+                "expected flag bit 0 (hash rows) set in an in-progress recording, found flags 0x{:04x}",
+                header.flags
+            ),
+        ));
+    }
     let ostm_len = (c.offset() as usize) - at;
     let count_at = if header.link.is_some() { 22 } else { 18 };
     let row0_at = c.offset();
