@@ -212,12 +212,12 @@ pub fn run(
                 break end(
                     EndReason::HostError,
                     format!("cannot record step {step}: {e}"),
-                    step + 1,
+                    step.wrapping_add(1),
                 );
             }
         }
         if let Err(e) = flush_due(&hub, &mut recorder) {
-            break end(EndReason::HostError, e, step + 1);
+            break end(EndReason::HostError, e, step.wrapping_add(1));
         }
         done += 1;
     };

@@ -74,10 +74,6 @@ pub struct Args {
     pub reconnect_for: u64,
     #[command(flatten)]
     pub host: HostArgs,
-    /// On NATS (ADDR nats://HOST:PORT/NAME): start from the keyframe at or before this
-    /// step, not the latest (rewind a live session, as far as the stream still holds).
-    #[arg(long, value_name = "STEP")]
-    pub from_step: Option<u64>,
     /// Print events and the result as JSON objects, one per line, for scripts.
     #[arg(long)]
     pub json: bool,
@@ -233,6 +229,10 @@ pub struct HostArgs {
     pub tls: TlsArgs,
     #[command(flatten)]
     pub nats: NatsAuthArgs,
+    /// On NATS (ADDR nats://HOST:PORT/NAME): start from the keyframe at or before this
+    /// step, not the latest (rewind a live session, as far as the stream still holds).
+    #[arg(long, value_name = "STEP")]
+    pub from_step: Option<u64>,
 }
 
 impl HostArgs {
@@ -256,7 +256,7 @@ pub fn run(args: Args) -> Exit {
         token,
         tls,
         nats_auth: args.host.nats.clone(),
-        from_step: args.from_step,
+        from_step: args.host.from_step,
         steps: args.steps,
         until: args.until,
         record: args.recording.record.clone(),

@@ -65,6 +65,7 @@ pub fn run(args: Args) -> Exit {
         token,
         tls,
         nats_auth: args.host.nats.clone(),
+        from_step: args.host.from_step,
         steps: Some(args.steps),
         ..Options::default()
     };

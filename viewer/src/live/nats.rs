@@ -208,7 +208,14 @@ pub async fn run(
     let mut batch: Vec<Item> = Vec::new();
     loop {
         let msg = tokio::select! {
+            biased;
             m = messages.next() => m,
+            _ = tokio::time::sleep(super::network::SILENCE) => {
+                return Ended::Lost(format!(
+                    "the session {} on {} sent nothing for {} ms (its host publishes a record every step, at least one a second)",
+                    t.session, t.url, super::network::SILENCE.as_millis()
+                ));
+            }
             r = from_verifier.recv() => {
                 if let Some(ToHost::DriftRequest { step }) = r {
                     let reply = drift(&client, &t.subject("drift"), step).await;
@@ -323,10 +330,18 @@ async fn find_keyframe(
         .await
         .map_err(|e| format!("cannot read the keyframes of {}: {e}", t.stream()))?;
     let mut best: Option<(u64, World, u32)> = None;
+    let mut first: Option<(ostm_protocol::Setup, Option<ostm_protocol::Link>)> = None;
     while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), msgs.next()).await {
         let info = m.info().map_err(|e| e.to_string())?;
         let (seq, pending) = (info.stream_sequence, info.pending);
-        let world = keyframe(&t.place(keys, seq), &m.payload)?;
+        let place = t.place(keys, seq);
+        let world = keyframe(&place, &m.payload)?;
+        let this = (world.setup(), world.link());
+        if *first.get_or_insert(this) != this {
+            return Err(format!(
+                "{place}: expected a keyframe of the session's world, found one of another world"
+            ));
+        }
         if world.step > step {
             break;
         }

@@ -260,3 +260,98 @@ pub fn recording_end(path: &Path) -> u64 {
     let r = Replay::read_file(path).unwrap_or_else(|e| panic!("{e}"));
     r.end_step()
 }
+
+/// A real `nats-server` with JetStream on 127.0.0.1, a free port and a temporary store;
+/// stopped when dropped.
+pub struct Nats {
+    proc: Option<Proc>,
+    pub port: u16,
+    pub store: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+/// The `nats-server` binary (Debian's package `nats-server`; `.ci/run` installs it).
+pub fn nats_bin() -> PathBuf {
+    for p in [
+        "/usr/sbin/nats-server",
+        "/usr/bin/nats-server",
+        "/usr/local/bin/nats-server",
+    ] {
+        if Path::new(p).exists() {
+            return PathBuf::from(p);
+        }
+    }
+    panic!("nats-server is not installed: apt-get install nats-server (.ci/run does)");
+}
+
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Nats {
+    pub fn start() -> Nats {
+        Nats::start_with(&[])
+    }
+
+    /// Starts the server with extra arguments (cluster settings).
+    pub fn start_with(extra: &[&str]) -> Nats {
+        let mut n = Nats {
+            proc: None,
+            port: free_port(),
+            store: tempfile::tempdir().expect("store dir"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        n.run();
+        n
+    }
+
+    fn run(&mut self) {
+        let p = Proc::spawn(
+            Command::new(nats_bin())
+                .args([
+                    "-js",
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    &self.port.to_string(),
+                    "-sd",
+                ])
+                .arg(self.store.path())
+                .args(&self.extra),
+        );
+        self.proc = Some(p);
+        // Ready when it accepts connections (bounded by LIMIT).
+        let deadline = Instant::now() + LIMIT;
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server (SIGKILL), keeping its store.
+    pub fn stop(&mut self) {
+        if let Some(p) = self.proc.take() {
+            let _ = p.kill();
+        }
+    }
+
+    /// Starts it again on the same port and store.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.run();
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

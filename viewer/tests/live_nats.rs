@@ -1,0 +1,287 @@
+//! The live stream through NATS JetStream, with a real `nats-server` on 127.0.0.1: a late
+//! join through NATS gives the same hash rows as over TCP, `--from-step` rewinds, hostile
+//! messages published with a plain NATS client are refused with the subject, the stream
+//! sequence and the offset (a duplicate is skipped), a restarted NATS server gives no
+//! wrong verdict, and a stopped one leaves the host's TCP viewers untouched.
+
+mod live_support;
+
+use bytes::Bytes;
+use live_support::*;
+use ostm_protocol::wire::{HostCodec, Record, SnapshotKind, ToViewer};
+use ostm_protocol::World;
+
+fn json(l: &str) -> serde_json::Value {
+    serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))
+}
+
+/// A host on the embedded world publishing to `nats` as session `name` (and serving TCP).
+fn publishing_host(nats: &Nats, name: &str, rate: &str, extra: &[&str]) -> Host {
+    let url = nats.url();
+    let mut args = vec![
+        "--rate",
+        rate,
+        "--publish",
+        &url,
+        "--session",
+        name,
+        "--keyframe-every",
+        "100",
+        "--json",
+        "--status-ms",
+        "100",
+    ];
+    args.extend_from_slice(extra);
+    Host::start(&args)
+}
+
+#[test]
+fn a_late_join_through_nats_gives_the_same_rows_as_over_tcp_and_from_step_rewinds() {
+    let nats = Nats::start();
+    let mut host = publishing_host(&nats, "late", "500", &[]);
+    host.wait_status(|v| v["nats_published"].as_u64().unwrap_or(0) >= 300);
+    let dir = tempfile::tempdir().unwrap();
+    let (t, n) = (dir.path().join("tcp.ostm"), dir.path().join("nats.ostm"));
+    let tcp = spawn_viewer(&[
+        "attach",
+        &host.addr,
+        "--record",
+        t.to_str().unwrap(),
+        "--steps",
+        "1500",
+    ]);
+    let addr = format!("{}/late", nats.url());
+    let out = viewer(&[
+        "attach",
+        &addr,
+        "--record",
+        n.to_str().unwrap(),
+        "--steps",
+        "1500",
+    ]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let out_tcp = finish(tcp);
+    assert_eq!(code(&out_tcp), 0, "{}", stdout(&out_tcp));
+    let rows = default_rows(recording_end(&t).max(recording_end(&n)));
+    let (st, _) = check_recording(&t, &rows);
+    let (sn, nn) = check_recording(&n, &rows);
+    assert!(sn > 0 && sn % 100 == 0, "joined at a keyframe: {sn}");
+    assert!(st > 0, "late join over TCP too: {st}");
+    assert_eq!(nn, 1500);
+    // Rewind: from step 150, the keyframe at or before it is step 100.
+    let out = viewer(&[
+        "attach",
+        &addr,
+        "--from-step",
+        "150",
+        "--steps",
+        "300",
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let first = json(stdout(&out).lines().next().unwrap());
+    assert_eq!(first["step"], 100, "{first}");
+    // --from-step on a TCP host is refused.
+    let out = viewer(&["attach", &host.addr, "--from-step", "5"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--from-step needs a session on NATS"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Publishes `msgs` (subject, payload) in order to a stream made here as the host would
+/// make it, with a plain NATS client.
+fn publish(nats: &Nats, name: &str, msgs: Vec<(String, Vec<u8>)>) {
+    let url = nats.url();
+    let name = name.to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let client = async_nats::connect(url).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        js.get_or_create_stream(async_nats::jetstream::stream::Config {
+            name: format!("OSTM_{name}"),
+            subjects: vec![format!("ostm.{name}.*")],
+            allow_direct: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        for (subject, payload) in msgs {
+            js.publish(subject, payload.into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    });
+}
+
+fn frame(m: &ToViewer) -> Vec<u8> {
+    HostCodec::encode_frame(m).unwrap().0.to_vec()
+}
+
+/// The embedded world's keyframe at step 0 and its first `n` records, as frames.
+fn honest(n: u64) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let setup = ostm_protocol::Setup {
+        dims: ostm_protocol::Dims::Three,
+        bodies: 24,
+        seed: 10_000,
+    };
+    let mut world = World::new(setup, None);
+    let key = frame(&ToViewer::Snapshot {
+        kind: SnapshotKind::Attach,
+        world: world.clone(),
+    });
+    let mut scenario = ostm_protocol::scenario::Scenario::new(setup.seed);
+    let mut recs = Vec::new();
+    for _ in 0..n {
+        let ops = scenario.next_input(&world);
+        let step = world.step;
+        world.step(&ops);
+        recs.push(frame(&ToViewer::Record(Record {
+            step,
+            hash: world.hash(),
+            input: Bytes::from(ostm_protocol::op::encode_input(&ops)),
+        })));
+    }
+    (key, recs)
+}
+
+#[test]
+fn hostile_messages_on_the_stream_are_refused_with_subject_sequence_and_offset() {
+    let nats = Nats::start();
+    let (key, recs) = honest(40);
+    let subj = |n: &str, leaf: &str| format!("ostm.{n}.{leaf}");
+    // A duplicate delivery (record 10 again, and a batch of 5..=12) is skipped; the rest
+    // verifies.
+    let mut msgs = vec![(subj("dup", "key"), key.clone())];
+    for (i, r) in recs.iter().enumerate() {
+        msgs.push((subj("dup", "rec"), r.clone()));
+        if i == 10 {
+            msgs.push((subj("dup", "rec"), r.clone()));
+            msgs.push((subj("dup", "rec"), recs[5..=8].concat()));
+        }
+    }
+    publish(&nats, "dup", msgs);
+    let out = viewer(&["check", &format!("{}/dup", nats.url()), "--steps", "40"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        stdout(&out).starts_with("ok: verified 40 steps (step 0 to 40)"),
+        "{}",
+        stdout(&out)
+    );
+
+    // A malformed record payload: sequence 1 is the keyframe, 2..=4 records, 5 the bad one.
+    let mut bad = recs[3].clone();
+    bad[4] = 0x7e;
+    let mut msgs = vec![(subj("bad", "key"), key.clone())];
+    msgs.extend(recs[..3].iter().map(|r| (subj("bad", "rec"), r.clone())));
+    msgs.push((subj("bad", "rec"), bad));
+    publish(&nats, "bad", msgs);
+    let out = viewer(&["check", &format!("{}/bad", nats.url()), "--steps", "40"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains(&format!(
+            "{}/bad: subject ostm.bad.rec, stream sequence 5: at offset 4: expected a host message type",
+            nats.url()
+        )),
+        "{}",
+        stdout(&out)
+    );
+
+    // A keyframe of another world.
+    let other = frame(&ToViewer::Snapshot {
+        kind: SnapshotKind::Attach,
+        world: World::new(
+            ostm_protocol::Setup {
+                dims: ostm_protocol::Dims::Two,
+                bodies: 3,
+                seed: 1,
+            },
+            None,
+        ),
+    });
+    let mut msgs = vec![(subj("odd", "key"), key.clone())];
+    msgs.extend(recs[..3].iter().map(|r| (subj("odd", "rec"), r.clone())));
+    msgs.push((subj("odd", "key"), other));
+    publish(&nats, "odd", msgs);
+    // Joined at the latest keyframe (the foreign one) it would be another world: from
+    // step 0, the foreign keyframe arrives mid-stream.
+    let out = viewer(&[
+        "check",
+        &format!("{}/odd", nats.url()),
+        "--from-step",
+        "0",
+        "--steps",
+        "40",
+    ]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("subject ostm.odd.key, stream sequence 5")
+            && stdout(&out).contains("found one of another world"),
+        "{}",
+        stdout(&out)
+    );
+
+    // An oversized message.
+    let mut msgs = vec![(subj("big", "key"), key)];
+    msgs.push((subj("big", "rec"), vec![0u8; 200_000]));
+    publish(&nats, "big", msgs);
+    let out = viewer(&["check", &format!("{}/big", nats.url()), "--steps", "40"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains("stream sequence 2: at offset 0: expected a payload of at most"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_restarted_nats_server_gives_no_wrong_verdict() {
+    let mut nats = Nats::start();
+    let mut host = publishing_host(&nats, "restart", "300", &[]);
+    host.wait_status(|v| v["nats_published"].as_u64().unwrap_or(0) >= 200);
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("r.ostm");
+    let addr = format!("{}/restart", nats.url());
+    let mut v = spawn_viewer(&["attach", &addr, "--record", rec.to_str().unwrap(), "--json"]);
+    v.wait_line(|l| json(l)["event"] == "status");
+    nats.restart();
+    // The viewer carries on after the restart: its verified step passes well beyond.
+    let at = json(&v.wait_line(|l| json(l)["event"] == "status"))["step"]
+        .as_u64()
+        .unwrap();
+    v.wait_line(|l| {
+        let e = json(l);
+        e["event"] == "status" && e["step"].as_u64().unwrap() > at + 600
+    });
+    v.signal("INT");
+    let out = v.finish();
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let end = json(stdout(&out).lines().last().unwrap());
+    assert_eq!(end["verdict"], "ok", "{end}");
+    for f in end["files"].as_array().unwrap() {
+        let p = std::path::PathBuf::from(f["path"].as_str().unwrap());
+        check_recording(&p, &default_rows(recording_end(&p)));
+    }
+}
+
+#[test]
+fn a_stopped_nats_server_leaves_the_hosts_tcp_viewers_untouched() {
+    let mut nats = Nats::start();
+    let mut host = publishing_host(&nats, "stop", "500", &[]);
+    host.wait_status(|v| v["nats_published"].as_u64().unwrap_or(0) >= 100);
+    nats.stop();
+    let before = host.wait_status(|v| v["event"] == "status")["step"]
+        .as_u64()
+        .unwrap();
+    let out = viewer(&["check", &host.addr, "--steps", "1000"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let v = host.wait_status(|v| v["step"].as_u64().unwrap() > before + 1000);
+    assert_eq!(v["resyncs"], 0, "{v}");
+}
