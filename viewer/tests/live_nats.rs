@@ -285,3 +285,47 @@ fn a_stopped_nats_server_leaves_the_hosts_tcp_viewers_untouched() {
     let v = host.wait_status(|v| v["step"].as_u64().unwrap() > before + 1000);
     assert_eq!(v["resyncs"], 0, "{v}");
 }
+
+/// Three nodes of one cluster on loopback (routes between them): the host publishes to
+/// node A, a viewer attached to node C verifies the same rows.
+#[test]
+fn a_viewer_on_another_node_of_a_cluster_verifies() {
+    let cluster: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let routes = cluster
+        .iter()
+        .map(|p| format!("nats://127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let nodes: Vec<Nats> = (0..3)
+        .map(|i| {
+            let name = format!("n{i}");
+            let listen = format!("nats://127.0.0.1:{}", cluster[i]);
+            Nats::start_with(&[
+                "--server_name",
+                &name,
+                "--cluster_name",
+                "ostm-test",
+                "--cluster",
+                &listen,
+                "--routes",
+                &routes,
+            ])
+        })
+        .collect();
+    let mut host = publishing_host(&nodes[0], "clu", "300", &[]);
+    host.wait_status(|v| v["nats_published"].as_u64().unwrap_or(0) >= 300);
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("c.ostm");
+    let addr = format!("{}/clu", nodes[2].url());
+    let out = viewer(&[
+        "attach",
+        &addr,
+        "--steps",
+        "600",
+        "--record",
+        rec.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let (start, n) = check_recording(&rec, &default_rows(recording_end(&rec)));
+    assert!(start > 0 && n == 600, "{start} {n}");
+}
