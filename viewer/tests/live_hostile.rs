@@ -212,20 +212,7 @@ fn garbage_and_truncated_frames_from_a_host_give_the_viewer_clear_errors() {
 /// heartbeats do not keep it waiting; it gives up after the silence timeout.
 #[test]
 fn a_silent_host_is_given_up_on() {
-    let mut bytes = welcome_frame();
-    let world = ostm_protocol::World::new(
-        ostm_protocol::Setup {
-            dims: ostm_protocol::Dims::Two,
-            bodies: 1,
-            seed: 7,
-        },
-        None,
-    );
-    let snap = ToViewer::Snapshot {
-        kind: ostm_protocol::wire::SnapshotKind::Attach,
-        world,
-    };
-    bytes.extend_from_slice(&HostCodec::encode_frame(&snap).unwrap().0);
+    let (bytes, _) = handshake_to(0);
     let addr = fake_host_then(bytes, false);
     let out = viewer(&["check", &addr, "--steps", "1"]);
     assert_eq!(code(&out), 2);
@@ -241,27 +228,13 @@ fn a_silent_host_is_given_up_on() {
 /// overflowing on the host's step.
 #[test]
 fn a_host_at_the_last_step_number_is_verified_without_overflow() {
-    let mut world = ostm_protocol::World::new(
-        ostm_protocol::Setup {
-            dims: ostm_protocol::Dims::Two,
-            bodies: 1,
-            seed: 7,
-        },
-        None,
-    );
-    world.step = u64::MAX;
-    let snap = ToViewer::Snapshot {
-        kind: ostm_protocol::wire::SnapshotKind::Attach,
-        world: world.clone(),
-    };
+    let (mut bytes, mut world) = handshake_to(u64::MAX);
     world.step(&[]);
     let record = ToViewer::Record(ostm_protocol::wire::Record {
         step: u64::MAX,
         hash: world.hash(),
         input: bytes::Bytes::new(),
     });
-    let mut bytes = welcome_frame();
-    bytes.extend_from_slice(&HostCodec::encode_frame(&snap).unwrap().0);
     bytes.extend_from_slice(&HostCodec::encode_frame(&record).unwrap().0);
     let addr = fake_host_then(bytes, false);
     let out = viewer(&["check", &addr, "--steps", "1"]);
@@ -416,17 +389,6 @@ fn a_viewer_that_never_reads_neither_slows_the_host_nor_grows_its_memory() {
     drop(slow);
     let (status, _, _) = host.wait();
     assert!(status.success());
-}
-
-/// The host's resident set in KiB, from `/proc/PID/status` (Linux).
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS line")
 }
 
 /// Steps the host runs after its viewers are attached before the first sample (their

@@ -9,30 +9,6 @@ use ostm_protocol::Replay;
 use std::path::{Path, PathBuf};
 use support::*;
 
-fn test_10000() -> Replay {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/test-10000.ostm");
-    Replay::read_file(&path).expect("read test-10000")
-}
-
-/// What a viewer recording steps `from..=to` of `r` writes: the world at `from` as its
-/// start snapshot (none from step 0), the inputs of steps `from..to`, the rows of
-/// `from..=to`.
-fn cut(r: &Replay, from: usize, to: usize) -> Replay {
-    let mut out = Replay::new(r.setup, r.link);
-    if from > 0 {
-        let mut w = r.start_world();
-        for i in 0..from {
-            w.step(&r.inputs.ops(i));
-        }
-        out.start = Some(w);
-    }
-    for i in from..to {
-        out.inputs.push_ops(&r.inputs.ops(i));
-    }
-    out.hashes = Some(r.hashes.as_ref().expect("rows")[from..=to].to_vec());
-    out
-}
-
 fn write(dir: &Path, name: &str, r: &Replay) -> PathBuf {
     let p = dir.join(name);
     r.write_file(&p).expect("write replay");

@@ -147,31 +147,6 @@ fn two_replays_that_part_are_compared_on_the_fly() {
     );
 }
 
-/// `testdata/test-10000.ostm`: the embedded world (3D, 24 bodies, seed 10000), 10 000 steps.
-fn test_10000() -> Replay {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/test-10000.ostm");
-    Replay::read_file(&path).expect("read test-10000")
-}
-
-/// What a viewer attached at step `from` and stopped at step `to` records of `r`: the world
-/// at `from` as its start snapshot (none from step 0), the inputs of steps `from..to`, the
-/// rows of steps `from..=to`.
-fn cut(r: &Replay, from: usize, to: usize) -> Replay {
-    let mut out = Replay::new(r.setup, r.link);
-    if from > 0 {
-        let mut w = r.start_world();
-        for i in 0..from {
-            w.step(&r.inputs.ops(i));
-        }
-        out.start = Some(w);
-    }
-    for i in from..to {
-        out.inputs.push_ops(&r.inputs.ops(i));
-    }
-    out.hashes = Some(r.hashes.as_ref().expect("rows")[from..=to].to_vec());
-    out
-}
-
 fn json(out: &str) -> serde_json::Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }

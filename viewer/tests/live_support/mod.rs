@@ -355,3 +355,14 @@ impl Drop for Nats {
         self.stop();
     }
 }
+
+/// A process's resident set in KiB, from `/proc/PID/status` (Linux).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS line")
+}

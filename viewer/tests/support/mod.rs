@@ -33,3 +33,29 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
+
+/// `testdata/test-10000.ostm`: the embedded world (3D, 24 bodies, seed 10000), 10 000 steps.
+pub fn test_10000() -> ostm_protocol::Replay {
+    let path =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/test-10000.ostm");
+    ostm_protocol::Replay::read_file(&path).expect("read test-10000")
+}
+
+/// What a viewer attached at step `from` and stopped at step `to` records of `r`: the world
+/// at `from` as its start snapshot (none from step 0), the inputs of steps `from..to`, the
+/// rows of steps `from..=to`.
+pub fn cut(r: &ostm_protocol::Replay, from: usize, to: usize) -> ostm_protocol::Replay {
+    let mut out = ostm_protocol::Replay::new(r.setup, r.link);
+    if from > 0 {
+        let mut w = r.start_world();
+        for i in 0..from {
+            w.step(&r.inputs.ops(i));
+        }
+        out.start = Some(w);
+    }
+    for i in from..to {
+        out.inputs.push_ops(&r.inputs.ops(i));
+    }
+    out.hashes = Some(r.hashes.as_ref().expect("rows")[from..=to].to_vec());
+    out
+}
