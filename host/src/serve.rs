@@ -82,9 +82,10 @@ Exit codes:
   2  bad arguments (a non-loopback address without a token or TLS, a token over 255 bytes, an unreadable replay), the
      address cannot be bound, or the host failed (e.g. its recording could not be written)")]
 pub struct Args {
-    /// Address to listen on; port 0 picks a free port. Any address other than loopback
-    /// requires --token.
-    #[arg(long, default_value_t = SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)))]
+    /// Address to listen on, HOST:PORT (a name such as localhost is resolved; its first
+    /// address is used); port 0 picks a free port. Any address other than loopback
+    /// requires a token and TLS.
+    #[arg(long, default_value_t = SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)), value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// Steps per second, or `max` to step as fast as the host can.
     #[arg(long, default_value = "60", value_parser = parse_rate)]
@@ -181,6 +182,20 @@ pub const UNBOUNDED_QUEUE_FOR_TESTS: usize = 1 << 40;
 pub enum Rate {
     PerSecond(u32),
     Max,
+}
+
+/// `HOST:PORT` with HOST an address or a name (`localhost:7878`), resolved once.
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    use std::net::ToSocketAddrs;
+    let mut addrs = s
+        .to_socket_addrs()
+        .map_err(|e| format!("expected HOST:PORT, found `{s}`: {e}"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("`{s}` resolves to no address"))
 }
 
 fn parse_rate(s: &str) -> Result<Rate, String> {

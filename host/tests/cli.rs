@@ -56,3 +56,34 @@ fn a_short_run_prints_its_address_first_and_its_end_last() {
     let last = text.lines().last().unwrap_or_default();
     assert!(last.starts_with("end: finished"), "{text}");
 }
+
+#[test]
+fn localhost_is_accepted_as_a_listen_address() {
+    let out = run(host().args([
+        "serve",
+        "--listen",
+        "localhost:0",
+        "--rate",
+        "max",
+        "--steps",
+        "5",
+        "--status-ms",
+        "0",
+    ]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        first.starts_with("ostm-host listening on 127.0.0.1:")
+            || first.starts_with("ostm-host listening on [::1]:"),
+        "{first}"
+    );
+}

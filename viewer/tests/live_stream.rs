@@ -402,3 +402,16 @@ fn a_host_that_waits_for_a_viewer_holds_its_start_step() {
     assert!(status.success());
     assert!(last.contains("\"reason\":\"finished\""), "{last}");
 }
+
+/// `--until` at or below the attach step has nothing to verify: refused, exit 2.
+#[test]
+fn until_at_or_below_the_attach_step_is_refused() {
+    let host = Host::start(&["--rate", "100", "--status-ms", "0"]);
+    let out = viewer(&["attach", &host.addr, "--until", "0"]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("--until 0 is at or below the step the viewer attached at"),
+        "{}",
+        stderr(&out)
+    );
+}

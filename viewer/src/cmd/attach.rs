@@ -49,7 +49,8 @@ Exit codes:
   2  a connection or protocol failure, a refusal (token, version, host full), the host
      ending with an error, or a recording that could not be written")]
 pub struct Args {
-    /// The host's address, HOST:PORT.
+    /// The host's address, HOST[:PORT] (port 7878 when none is given), or
+    /// nats://HOST:PORT/NAME for a session on NATS JetStream.
     pub addr: String,
     /// Stop after verifying this many steps.
     #[arg(long)]
@@ -235,6 +236,23 @@ pub struct HostArgs {
     pub from_step: Option<u64>,
 }
 
+/// The port a host listens on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 7878;
+
+/// `ADDR` with the default port when it names none (`localhost` gives `localhost:7878`,
+/// `[::1]` gives `[::1]:7878`); a `nats://` address as it is.
+pub fn with_default_port(addr: &str) -> String {
+    if addr.starts_with("nats://") {
+        return addr.to_string();
+    }
+    let bare_v6 = addr.starts_with('[') && addr.ends_with(']');
+    if bare_v6 || !addr.contains(':') {
+        format!("{addr}:{DEFAULT_PORT}")
+    } else {
+        addr.to_string()
+    }
+}
+
 impl HostArgs {
     /// The token and TLS set-up, checked before connecting.
     ///
@@ -246,7 +264,8 @@ impl HostArgs {
 }
 
 /// Runs `attach`.
-pub fn run(args: Args) -> Exit {
+pub fn run(mut args: Args) -> Exit {
+    args.addr = with_default_port(&args.addr);
     let (token, tls) = match args.host.resolve(&args.addr) {
         Ok(t) => t,
         Err(e) => return crate::exit::fail(e),
@@ -460,7 +479,17 @@ pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::ResyncLines;
+    use super::{with_default_port, ResyncLines};
+
+    #[test]
+    fn an_address_without_a_port_gets_7878() {
+        assert_eq!(with_default_port("localhost"), "localhost:7878");
+        assert_eq!(with_default_port("127.0.0.1"), "127.0.0.1:7878");
+        assert_eq!(with_default_port("[::1]"), "[::1]:7878");
+        assert_eq!(with_default_port("[::1]:9"), "[::1]:9");
+        assert_eq!(with_default_port("h:1"), "h:1");
+        assert_eq!(with_default_port("nats://h:4222/x"), "nats://h:4222/x");
+    }
     use std::path::Path;
     use std::time::{Duration, Instant};
 

@@ -30,7 +30,8 @@ Exit codes:
   2  a connection or protocol failure, a refusal (token, version, host full), or a stream
      that ended before N steps were verified")]
 pub struct Args {
-    /// The host's address, HOST:PORT.
+    /// The host's address, HOST[:PORT] (port 7878 when none is given), or
+    /// nats://HOST:PORT/NAME for a session on NATS JetStream.
     pub addr: String,
     /// Steps to verify.
     #[arg(long)]
@@ -45,7 +46,8 @@ pub struct Args {
 }
 
 /// Runs `check`.
-pub fn run(args: Args) -> Exit {
+pub fn run(mut args: Args) -> Exit {
+    args.addr = crate::cmd::attach::with_default_port(&args.addr);
     let (token, tls) = match args.host.resolve(&args.addr) {
         Ok(t) => t,
         Err(e) => {

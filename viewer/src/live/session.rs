@@ -291,6 +291,15 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         }
     };
     out.attached_at = Some(world.step);
+    if let Some(u) = opts.until.filter(|&u| u <= world.step) {
+        out.step = world.step;
+        out.stop = Stop::Failed(format!(
+            "--until {u} is at or below the step the viewer attached at ({}): there is nothing to verify",
+            world.step
+        ));
+        net.stop();
+        return out;
+    }
     events(Event::Attached {
         welcome: &welcome,
         world: &world,
