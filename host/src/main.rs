@@ -26,7 +26,8 @@ use std::process::ExitCode;
 /// Step a deterministic test-module world and serve it live to viewers over TCP.
 ///
 /// Exit codes: 0 the stream ended cleanly (steps done, replay done, or Ctrl-C or SIGTERM),
-/// 2 bad arguments or a failure. Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=info).
+/// 2 bad arguments or a failure. Logs go to stderr (info by default: viewers attaching and
+/// leaving); set RUST_LOG (e.g. RUST_LOG=warn or RUST_LOG=debug).
 #[derive(Parser)]
 #[command(name = "ostm-host", version, about, long_about = None)]
 #[command(after_help = "Examples:
@@ -47,11 +48,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // `info` by default, so an operator sees each viewer attach and leave; colour only
+    // when stderr is a terminal, so a log written to a file holds no escape codes.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     match cli.command {

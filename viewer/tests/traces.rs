@@ -715,8 +715,8 @@ fn seek_agrees_with_a_full_replay() {
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let w = &all[step as usize];
         assert_eq!(v["hash"], format!("{:016x}", w.hash()));
-        assert_eq!(v["keyframeStep"], step / 64 * 64);
-        assert_eq!(v["matchesRecording"], true);
+        assert_eq!(v["keyframe_step"], step / 64 * 64);
+        assert_eq!(v["matches_recording"], true);
         let mut row = String::new();
         ostm_protocol::trace::format_row(&mut row, w, w.hash());
         assert_eq!(v["trace"], row.trim_end());

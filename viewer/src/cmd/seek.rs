@@ -56,10 +56,10 @@ pub fn run(args: Args) -> Exit {
         let mut v = serde_json::json!({
             "step": s.world.step,
             "hash": format!("{hash:016x}"),
-            "keyframeStep": s.keyframe_step,
-            "stepsRun": s.steps_run,
-            "recordedHash": s.recorded_hash.map(|h| format!("{h:016x}")),
-            "matchesRecording": matches,
+            "keyframe_step": s.keyframe_step,
+            "steps_run": s.steps_run,
+            "recorded_hash": s.recorded_hash.map(|h| format!("{h:016x}")),
+            "matches_recording": matches,
         });
         if args.trace {
             v["trace"] = row.trim_end().into();

@@ -22,8 +22,8 @@ pub struct Args {
     /// must hold at least one of the replay's steps.
     #[arg(long, default_value_t = 0)]
     pub from: u64,
-    /// Last step to write, inclusive (default: the last).
-    #[arg(long, default_value_t = u64::MAX)]
+    /// Last step to write, inclusive (default: the replay's last).
+    #[arg(long, default_value_t = u64::MAX, hide_default_value = true)]
     pub to: u64,
     /// Write to this file (whole, through FILE.part) instead of standard output.
     #[arg(short = 'o', long)]
