@@ -15,7 +15,7 @@ use ostm_protocol::wire::{
 use ostm_protocol::world::MAX_BODIES;
 use ostm_protocol::{Dims, Setup};
 use std::future::Future;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -303,6 +303,47 @@ pub fn main(args: Args) -> ExitCode {
     })
 }
 
+/// Steps per second between two status lines.
+struct StepMeter {
+    at: std::time::Instant,
+    step: u64,
+}
+
+impl StepMeter {
+    fn new(step: u64) -> StepMeter {
+        StepMeter {
+            at: std::time::Instant::now(),
+            step,
+        }
+    }
+
+    fn rate(&mut self, step: u64) -> f64 {
+        let secs = self.at.elapsed().as_secs_f64();
+        let r = if secs > 0.0 {
+            step.saturating_sub(self.step) as f64 / secs
+        } else {
+            0.0
+        };
+        *self = StepMeter::new(step);
+        r
+    }
+}
+
+/// A status line: on a terminal (not --json) rewritten in place, else one line each.
+fn say_status(json: bool, plain: String, obj: serde_json::Value, last: bool) {
+    if !json && std::io::stdout().is_terminal() {
+        let mut out = std::io::stdout().lock();
+        let _ = if last {
+            writeln!(out, "\r\x1b[2K{plain}")
+        } else {
+            write!(out, "\r\x1b[2K{plain}")
+        };
+        let _ = out.flush();
+    } else {
+        say(json, plain, obj);
+    }
+}
+
 fn say(json: bool, plain: String, obj: serde_json::Value) {
     let mut out = std::io::stdout().lock();
     let _ = if json {
@@ -426,6 +467,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     let waiting = Pending::new(args.max_waiting, args.max_waiting_per_address);
     let mut conns = JoinSet::new();
     let mut status = tokio::time::interval(Duration::from_millis(args.status_ms.max(1)));
+    let mut meter = StepMeter::new(hub.step());
     status.tick().await;
     tokio::pin!(shutdown);
     let mut stopping = false;
@@ -452,7 +494,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            _ = status.tick(), if args.status_ms > 0 => print_status(&hub, args.json, None, waiting.len(), nats.as_deref()),
+            _ = status.tick(), if args.status_ms > 0 => {
+                let rate = meter.rate(hub.step());
+                print_status(&hub, args.json, None, waiting.len(), nats.as_deref(), Some(rate));
+            }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     };
@@ -473,7 +518,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
             nats_stop.cancel();
         }
     }
-    print_status(&hub, args.json, Some(&end), waiting.len(), nats.as_deref());
+    print_status(&hub, args.json, Some(&end), waiting.len(), nats.as_deref(), None);
     Ok(end)
 }
 
@@ -501,6 +546,7 @@ fn print_status(
     end: Option<&End>,
     waiting: usize,
     nats: Option<&crate::publish::Counters>,
+    rate: Option<f64>,
 ) {
     let c = &hub.counters;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
@@ -520,6 +566,9 @@ fn print_status(
     );
     if c.recording.load(Ordering::Relaxed) {
         body.push_str(&format!(" recorded {}", get(&c.recorded)));
+    }
+    if let Some(r) = rate {
+        body.push_str(&format!(" rate {r:.0}/s"));
     }
     if let Some(n) = nats {
         body.push_str(&format!(
@@ -550,6 +599,9 @@ fn print_status(
         "queue_cap": hub.limits.queue,
         "recorded": get(&c.recorded),
     });
+    if let Some(r) = rate {
+        obj["rate"] = ((r * 10.0).round() / 10.0).into();
+    }
     if let Some(n) = nats {
         obj["nats_connected"] = n.connected.load(Ordering::Relaxed).into();
         obj["nats_published"] = get(&n.published).into();
@@ -564,5 +616,5 @@ fn print_status(
         }
         None => body,
     };
-    say(json, plain, obj);
+    say_status(json, plain, obj, end.is_some());
 }
