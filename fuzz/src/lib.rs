@@ -1,0 +1,722 @@
+//! The checks behind every fuzz target, one function per target.
+//!
+//! Each function takes the fuzzer's bytes, runs them through one reader of
+//! `ostm-protocol`, and panics (an `assert!`) when a property the docs promise does not
+//! hold: an accepted input is written back byte for byte, two readers of one format agree,
+//! a refused input is refused with an error that names the input and a byte offset inside
+//! it. A panic inside the library is a finding as well.
+//!
+//! The same file is compiled twice: as this crate's library for `cargo +nightly fuzz`
+//! (`fuzz/fuzz_targets/*.rs` call these functions), and as a module of
+//! `protocol/tests/fuzz_regressions.rs`, which runs every input kept under
+//! `fixtures/fuzz/<target>/` through the same function on the stable toolchain. It uses
+//! only `ostm-protocol` and its own dependencies (`bytes`, `tokio-util`), so both builds see
+//! the same code. `docs/reliability.md` lists the targets and what was found.
+
+use bytes::BytesMut;
+use ostm_protocol::bundle::Bundle;
+use ostm_protocol::cursor::Cursor;
+use ostm_protocol::keyframe;
+use ostm_protocol::op::{decode_input, encode_input, Op};
+use ostm_protocol::ospc::PoseCache;
+use ostm_protocol::ostm::{start_world, Header, Replay, Verdict, FLAG_HASHES, MAX_STEPS};
+use ostm_protocol::recording::journal::AssembleError;
+use ostm_protocol::recording::{assemble, Assembled, JOURNAL_MAGIC};
+use ostm_protocol::seek;
+use ostm_protocol::trace::{format_row, setup_line, ReplayStream, ReplayTracer, TraceReader};
+use ostm_protocol::wire::msg::Message;
+use ostm_protocol::wire::{
+    Codec, HostCodec, ToHost, ToViewer, ViewerCodec, WireError, MAX_FRAME_LEN, VERSION,
+};
+use ostm_protocol::world::World;
+use ostm_protocol::FormatError;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use tokio_util::codec::Decoder;
+
+/// The name every input is read under, so errors can be checked to carry it.
+pub const NAME: &str = "fuzz-input";
+
+/// A target's check: the fuzzer's bytes in, a panic for a finding.
+pub type Check = fn(&[u8]);
+
+/// The targets, by name: `fuzz/fuzz_targets/<name>.rs` and `fixtures/fuzz/<name>/`.
+pub const TARGETS: [(&str, Check); 10] = [
+    ("replay", replay),
+    ("replay_stream", replay_stream),
+    ("wire_viewer", wire_viewer),
+    ("wire_host", wire_host),
+    ("keyframe", keyframe),
+    ("bundle", bundle),
+    ("pose_cache", pose_cache),
+    ("trace", trace),
+    ("seek", seek),
+    ("journal", journal),
+];
+
+/// Steps above which a target does not also run the replay (the run is not what is
+/// fuzzed, and a long one only slows the fuzzer down).
+const RUN_AT_MOST: usize = 4096;
+
+/// A refusal names `input`, points inside the `len` bytes it read, says something, and
+/// prints as `<input>: at offset <offset>: <message>`.
+fn check_error(e: &FormatError, input: &str, len: usize) {
+    assert_eq!(e.input, input, "the error names the input: {e}");
+    assert!(
+        e.offset <= len as u64,
+        "the error's offset {} lies inside the {len}-byte input: {e}",
+        e.offset
+    );
+    assert!(!e.message.is_empty(), "the error says what was expected");
+    assert_eq!(
+        e.to_string(),
+        format!("{input}: at offset {}: {}", e.offset, e.message)
+    );
+}
+
+/// Runs a replay (when short enough) and checks that `verify` stops at the first row
+/// that `compute_hashes` disagrees with.
+fn run_replay(r: &Replay) {
+    if r.step_count() > RUN_AT_MOST {
+        return;
+    }
+    let mut computed = r.clone();
+    computed.compute_hashes();
+    let rows = computed.hashes.as_deref().unwrap_or(&[]);
+    let first_bad = r
+        .hashes
+        .as_deref()
+        .and_then(|stored| (0..stored.len()).find(|&i| stored[i] != rows[i]));
+    match (r.verify(|_| {}), first_bad) {
+        (Verdict::Match { final_hash, .. }, None) => {
+            assert_eq!(
+                Some(&final_hash),
+                rows.last(),
+                "the final hash is the last row"
+            )
+        }
+        (Verdict::Mismatch { row, actual, .. }, Some(bad)) => {
+            assert_eq!(row, bad, "verify stops at the first differing row");
+            assert_eq!(actual, rows[bad]);
+        }
+        (v, bad) => panic!("verify says {v:?}, the computed rows differ first at {bad:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// .ostm
+
+/// `Replay::from_bytes`: an accepted replay is written back byte for byte by `to_bytes`,
+/// runs without panicking, and `verify` agrees with `compute_hashes`.
+pub fn replay(data: &[u8]) {
+    match Replay::from_bytes(NAME, data) {
+        Ok(r) => {
+            assert!(
+                r.to_bytes() == data,
+                "an accepted replay writes back byte for byte"
+            );
+            for i in 0..r.step_count() {
+                assert_eq!(encode_input(&r.inputs.ops(i)), r.inputs.get(i));
+            }
+            let _ = r.op_counts();
+            run_replay(&r);
+        }
+        Err(e) => check_error(&e, NAME, data.len()),
+    }
+}
+
+/// `trace::ReplayStream` (a step at a time, hash rows on demand) against
+/// `Replay::from_bytes` (the whole file): both accept exactly the same files, with the
+/// same error (input, offset, message) for a refused one, and the same header, ops and
+/// hash rows for an accepted one; `ReplayTracer`'s worlds hash to the computed rows.
+pub fn replay_stream(data: &[u8]) {
+    let whole = Replay::from_bytes(NAME, data);
+    let streamed = read_streamed(data);
+    match (whole, streamed) {
+        (Ok(r), Ok((header, steps, rows))) => {
+            assert_eq!(header.setup, r.setup);
+            assert_eq!(header.link, r.link);
+            assert_eq!(header.start, r.start);
+            assert_eq!(header.steps as usize, r.step_count());
+            assert_eq!(steps.len(), r.step_count());
+            for (i, ops) in steps.iter().enumerate() {
+                assert_eq!(*ops, r.inputs.ops(i), "step {i}'s ops");
+            }
+            assert_eq!(rows, r.hashes, "hash rows read one at a time");
+            if r.step_count() <= RUN_AT_MOST {
+                let stream =
+                    ReplayStream::new(NAME, std::io::Cursor::new(data)).expect("read once already");
+                let mut t = ReplayTracer::new(stream);
+                let mut computed = r.clone();
+                computed.compute_hashes();
+                let mut n = 0;
+                while let Some(w) = t.next_world().expect("read once already") {
+                    assert_eq!(Some(w.hash()), computed.hashes.as_ref().map(|h| h[n]));
+                    n += 1;
+                }
+                assert_eq!(n, r.step_count() + 1);
+            }
+        }
+        (Err(a), Err(b)) => {
+            check_error(&a, NAME, data.len());
+            assert_eq!(a, b, "both readers refuse with the same error");
+        }
+        (a, b) => panic!(
+            "the whole-file reader says {:?}, the streaming reader {:?}",
+            a.map(|_| "ok"),
+            b.map(|_| "ok")
+        ),
+    }
+}
+
+type Streamed = (Header, Vec<Vec<Op>>, Option<Vec<u64>>);
+
+fn read_streamed(data: &[u8]) -> Result<Streamed, FormatError> {
+    let mut s = ReplayStream::new(NAME, std::io::Cursor::new(data))?;
+    let header = s.header().clone();
+    let mut steps = Vec::new();
+    let mut ops = Vec::new();
+    while s.next_ops(&mut ops)? {
+        steps.push(ops.clone());
+    }
+    assert_eq!(s.next_index(), header.steps);
+    assert_eq!(s.offset(), data.len() as u64, "the last step ends the file");
+    let rows = match s.hash_row(0)? {
+        None => None,
+        Some(_) => Some(
+            (0..=header.steps)
+                .map(|r| s.hash_row(r).map(|h| h.expect("rows are present")))
+                .collect::<Result<Vec<u64>, FormatError>>()?,
+        ),
+    };
+    assert_eq!(s.hash_row(header.steps.saturating_add(1))?, None);
+    Ok((header, steps, rows))
+}
+
+// ---------------------------------------------------------------------------------------
+// The wire codec
+
+/// The fuzz input of a wire target: byte 0 says how many cut points follow (`b % 8`), each
+/// a u16 (little endian, taken modulo the stream's length + 1); the rest is the byte
+/// stream, fed to the decoder in the pieces the cuts make.
+fn split_stream(data: &[u8]) -> (Vec<usize>, &[u8]) {
+    let Some((&n, rest)) = data.split_first() else {
+        return (Vec::new(), data);
+    };
+    let n = (n % 8) as usize;
+    let take = (n * 2).min(rest.len());
+    let (cuts, stream) = rest.split_at(take);
+    let mut at: Vec<usize> = cuts
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]) as usize % (stream.len() + 1))
+        .collect();
+    at.sort_unstable();
+    (at, stream)
+}
+
+/// What decoding a stream gave: each message with the offsets of its frame, and the error
+/// that ended it (if any).
+struct Decoded<D> {
+    msgs: Vec<(D, u64, u64)>,
+    error: Option<FormatError>,
+}
+
+fn wire_error(e: WireError) -> FormatError {
+    match e {
+        WireError::Format(f) => f,
+        WireError::Io(e) => panic!("decoding bytes from memory cannot fail with I/O: {e}"),
+    }
+}
+
+/// Feeds `stream` to a fresh codec in pieces cut at `cuts`, as tokio-util's `FramedRead`
+/// does: `decode` until it wants more bytes after each piece, `decode_eof` until it has
+/// nothing more at the end, stopping at the first error.
+fn decode_stream<D: Message, E: Message>(stream: &[u8], cuts: &[usize]) -> Decoded<D> {
+    let mut codec: Codec<D, E> = Codec::new("stream");
+    let mut buf = BytesMut::new();
+    let mut out = Decoded {
+        msgs: Vec::new(),
+        error: None,
+    };
+    let mut from = 0;
+    let ends = cuts.iter().copied().chain([stream.len()]);
+    for end in ends {
+        buf.extend_from_slice(&stream[from..end]);
+        from = end;
+        loop {
+            let before = codec.consumed();
+            match codec.decode(&mut buf) {
+                Ok(Some(m)) => out.msgs.push((m, before, codec.consumed())),
+                Ok(None) => break,
+                Err(e) => {
+                    out.error = Some(wire_error(e));
+                    return out;
+                }
+            }
+            assert!(
+                buf.capacity() <= 2 * (4 + MAX_FRAME_LEN + stream.len()),
+                "the decoder buffers at most one frame ahead"
+            );
+        }
+    }
+    loop {
+        let before = codec.consumed();
+        match codec.decode_eof(&mut buf) {
+            Ok(Some(m)) => out.msgs.push((m, before, codec.consumed())),
+            Ok(None) => break,
+            Err(e) => {
+                out.error = Some(wire_error(e));
+                return out;
+            }
+        }
+    }
+    assert!(buf.is_empty(), "decode_eof leaves no bytes behind");
+    assert_eq!(codec.consumed(), stream.len() as u64);
+    out
+}
+
+/// Decodes one whole frame.
+fn decode_one<D: Message, E: Message>(frame: &[u8]) -> D {
+    let mut codec: Codec<D, E> = Codec::new("stream");
+    let mut buf = BytesMut::from(frame);
+    let m = codec
+        .decode_eof(&mut buf)
+        .map_err(wire_error)
+        .unwrap_or_else(|e| panic!("a re-encoded frame decodes: {e}"))
+        .expect("a whole frame");
+    assert!(buf.is_empty());
+    m
+}
+
+/// A wire target: the stream decodes to the same messages and the same error however it
+/// is cut; the error names the stream at an offset inside it; each message re-encodes to
+/// exactly its frame (`exact`), or, where the decoder keeps less than the bytes said (a
+/// handshake of another version, end text that is not UTF-8), to a frame that decodes and
+/// re-encodes to itself.
+fn wire<D, E>(data: &[u8], encode: fn(&D) -> Vec<u8>, exact: fn(&D, &[u8]) -> bool)
+where
+    D: Message + PartialEq + std::fmt::Debug,
+    E: Message,
+{
+    let (cuts, stream) = split_stream(data);
+    let whole = decode_stream::<D, E>(stream, &[]);
+    let pieces = decode_stream::<D, E>(stream, &cuts);
+    assert_eq!(
+        whole.msgs, pieces.msgs,
+        "the same messages whatever the cuts"
+    );
+    assert_eq!(
+        whole.error, pieces.error,
+        "the same error whatever the cuts"
+    );
+    if let Some(e) = &whole.error {
+        check_error(e, "stream", stream.len());
+    }
+    for (m, from, to) in &whole.msgs {
+        let frame = &stream[*from as usize..*to as usize];
+        let again = encode(m);
+        if exact(m, frame) {
+            assert!(again == frame, "{m:?} re-encodes to its frame");
+        } else {
+            let m2 = decode_one::<D, E>(&again);
+            assert!(encode(&m2) == again, "{m2:?} re-encodes to itself");
+        }
+    }
+}
+
+fn encode_to_viewer(m: &ToViewer) -> Vec<u8> {
+    HostCodec::encode_frame(m).expect("fits a frame").0.to_vec()
+}
+
+fn encode_to_host(m: &ToHost) -> Vec<u8> {
+    ViewerCodec::encode_frame(m)
+        .expect("fits a frame")
+        .0
+        .to_vec()
+}
+
+/// The host's messages as a viewer decodes them (`ViewerCodec`).
+pub fn wire_viewer(data: &[u8]) {
+    wire::<ToViewer, ToHost>(data, encode_to_viewer, |m, frame| match m {
+        ToViewer::Welcome(w) => w.version == VERSION,
+        // length 4, type 1, reason 1, step 8, text length 2: the text's bytes follow.
+        ToViewer::End(e) => frame.get(16..) == Some(e.text.as_bytes()),
+        _ => true,
+    });
+}
+
+/// The viewer's messages as a host decodes them (`HostCodec`).
+pub fn wire_host(data: &[u8]) {
+    wire::<ToHost, ToViewer>(data, encode_to_host, |m, _| match m {
+        ToHost::Hello(h) => h.version == VERSION,
+        _ => true,
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Keyframes, bundles, pose caches
+
+/// `keyframe::parse`: an accepted keyframe exports (pretty and one-line) and imports back
+/// to the same world and tick rate, and its export is stable.
+pub fn keyframe(data: &[u8]) {
+    match keyframe::parse(NAME, data) {
+        Ok(k) => {
+            let line = keyframe::to_json_line(&k.world, k.tick_rate)
+                .unwrap_or_else(|e| panic!("an imported keyframe exports: {e}"));
+            let pretty = keyframe::to_json_pretty(&k.world, k.tick_rate)
+                .unwrap_or_else(|e| panic!("an imported keyframe exports: {e}"));
+            for text in [&line, &pretty] {
+                let back = keyframe::parse(NAME, text.as_bytes())
+                    .unwrap_or_else(|e| panic!("an exported keyframe imports: {e}"));
+                assert_eq!(back.world, k.world);
+                assert_eq!(back.tick_rate, k.tick_rate);
+                assert_eq!(
+                    keyframe::to_json_line(&back.world, back.tick_rate).ok(),
+                    Some(line.clone())
+                );
+            }
+            let snap = k.world.snapshot();
+            let w = World::from_snapshot(k.world.setup(), k.world.link(), NAME, &snap, 0)
+                .unwrap_or_else(|e| panic!("a keyframe's world is a snapshot: {e}"));
+            assert_eq!(w, k.world);
+        }
+        Err(e) => check_error(&e, NAME, data.len()),
+    }
+}
+
+/// `Bundle::from_bytes`: an accepted bundle is written back byte for byte and its check
+/// runs; the embedded replay has its row at the failing step.
+pub fn bundle(data: &[u8]) {
+    match Bundle::from_bytes(NAME, data) {
+        Ok(b) => {
+            assert!(
+                b.to_bytes() == data,
+                "an accepted bundle writes back byte for byte"
+            );
+            let rows = b.replay.hashes.as_ref().expect("checked by the reader");
+            assert_eq!(rows.get(b.row as usize), Some(&b.expected));
+            if b.replay.step_count() <= RUN_AT_MOST {
+                let report = b.check();
+                assert_eq!(report.rows as usize, rows.len());
+                run_replay(&b.replay);
+            }
+        }
+        Err(e) => check_error(&e, NAME, data.len()),
+    }
+}
+
+/// `PoseCache::from_bytes`: an accepted cache is written back byte for byte, and its frames
+/// are where its header says.
+pub fn pose_cache(data: &[u8]) {
+    match PoseCache::from_bytes(NAME, data) {
+        Ok(c) => {
+            assert!(
+                c.to_bytes() == data,
+                "an accepted pose cache writes back byte for byte"
+            );
+            let (first, last) = (c.start_step(), c.last_step());
+            assert_eq!(last - first + 1, c.frame_count() as u64);
+            assert_eq!(c.frame_at_step(first), c.frame(0));
+            assert_eq!(c.frame_at_step(last).map(<[_]>::len), Some(c.body_count()));
+            if let Some(after) = last.checked_add(1) {
+                assert_eq!(c.frame_at_step(after), None);
+            }
+            if let Some(before) = first.checked_sub(1) {
+                assert_eq!(c.frame_at_step(before), None);
+            }
+        }
+        Err(e) => check_error(&e, NAME, data.len()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Traces
+
+/// `TraceReader`: a trace read to its `end` line is written back byte for byte from the
+/// worlds and hashes read (the format has one spelling for everything); a refused one is
+/// refused at the first byte of a line, naming the line.
+pub fn trace(data: &[u8]) {
+    let mut out = String::new();
+    let result = (|| -> Result<(), FormatError> {
+        let mut t = TraceReader::new(NAME, data)?;
+        out.push_str("ostm-trace 1\n");
+        out.push_str(&setup_line(&t.setup(), t.link()));
+        out.push('\n');
+        let mut rows = 0u64;
+        while let Some((w, hash)) = t.next_row()? {
+            format_row(&mut out, w, hash);
+            rows += 1;
+        }
+        out.push_str(&format!("end rows={rows}\n"));
+        Ok(())
+    })();
+    match result {
+        Ok(()) => assert!(
+            out.as_bytes() == data,
+            "an accepted trace writes back byte for byte"
+        ),
+        Err(e) => {
+            check_error(&e, NAME, data.len());
+            assert!(
+                e.message.starts_with("line "),
+                "the error names its line: {e}"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Files on disk: the seek index and the in-progress recording
+
+/// The replay the seek target's indexes are for.
+pub const SEEK_REPLAY: &[u8] = include_bytes!("../../testdata/test-2d-600.ostm");
+
+static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
+
+/// A directory of this process for the files the targets write (under `$OSTM_FUZZ_TMP`,
+/// else `/dev/shm` when it exists, else the temp dir), removed by [`remove_scratch`].
+fn scratch() -> &'static Path {
+    SCRATCH.get_or_init(|| {
+        let base = std::env::var_os("OSTM_FUZZ_TMP")
+            .map(PathBuf::from)
+            .or_else(|| Some(PathBuf::from("/dev/shm")).filter(|p| p.is_dir()))
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!("ostm-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        dir
+    })
+}
+
+/// Removes the scratch directory, if a target made one (the regression test calls this
+/// when it is done; a fuzzer is stopped by a signal and `scripts/fuzz` removes
+/// `$OSTM_FUZZ_TMP`).
+pub fn remove_scratch() {
+    if let Some(dir) = SCRATCH.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// A fresh file name in the scratch directory (tests call the targets from several threads).
+fn scratch_file(what: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    scratch().join(format!("{what}-{}", N.fetch_add(1, Ordering::Relaxed)))
+}
+
+struct SeekReplay {
+    path: PathBuf,
+    /// The world at every step of the replay, by stepping it in memory.
+    worlds: Vec<World>,
+}
+
+fn seek_replay() -> &'static SeekReplay {
+    static R: OnceLock<SeekReplay> = OnceLock::new();
+    R.get_or_init(|| {
+        let r = Replay::from_bytes("test-2d-600.ostm", SEEK_REPLAY).expect("testdata reads");
+        let mut worlds = vec![r.start_world()];
+        for i in 0..r.step_count() {
+            let mut w = worlds[i].clone();
+            w.step(&r.inputs.ops(i));
+            worlds.push(w);
+        }
+        let path = scratch().join("test-2d-600.ostm");
+        std::fs::write(&path, SEEK_REPLAY).expect("write the seek replay");
+        SeekReplay { path, worlds }
+    })
+}
+
+/// `seek::seek` on `testdata/test-2d-600.ostm` with the fuzzer's index. Input: a u16 step
+/// (little endian, taken modulo 700, so some steps lie past the replay's 600), then the
+/// index file's bytes. A seek that succeeds reached the step asked for, from a keyframe
+/// at or before it, and its world is the replay's world there or differs from it in hash
+/// (a wrong `inputOffset` is caught by the hash row, docs/seek-index.md step 4); a refusal
+/// names the index or the replay at an offset inside it.
+pub fn seek(data: &[u8]) {
+    if data.len() < 2 {
+        return;
+    }
+    let step = u16::from_le_bytes([data[0], data[1]]) as u64 % 700;
+    let index_bytes = &data[2..];
+    let r = seek_replay();
+    let index = scratch_file("index.seek");
+    std::fs::write(&index, index_bytes).expect("write the index");
+    let got = seek::seek(&r.path, &index, step);
+    let _ = std::fs::remove_file(&index);
+    let iname = index.display().to_string();
+    match got {
+        Ok(s) => {
+            let want = r
+                .worlds
+                .get(step as usize)
+                .expect("a step the replay holds");
+            assert_eq!(s.world.step, step);
+            assert!(s.keyframe_step <= step);
+            assert_eq!(s.keyframe_step + s.steps_run, step);
+            assert_eq!(s.recorded_hash, Some(want.hash()));
+            assert!(
+                s.world == *want || s.world.hash() != want.hash(),
+                "a wrong world is told apart by its hash"
+            );
+        }
+        Err(e) => {
+            let rname = r.path.display().to_string();
+            let len = if e.input == rname {
+                SEEK_REPLAY.len()
+            } else {
+                assert!(e.input.starts_with(&iname), "the error names a file: {e}");
+                index_bytes.len()
+            };
+            let input = e.input.clone();
+            check_error(&e, &input, len);
+        }
+    }
+}
+
+/// What `assemble` should make of an in-progress file, worked out from
+/// docs/replay-format.md ("The in-progress file", "Assembling") alone.
+struct Expected {
+    bytes: Vec<u8>,
+    start_step: u64,
+    steps: u32,
+    /// The offset of the first record not kept, and the first words of why.
+    dropped: Option<(u64, &'static str)>,
+}
+
+fn expected_assembly(name: &str, data: &[u8], verify: bool) -> Result<Expected, FormatError> {
+    let mut c = Cursor::new(name, data, 0);
+    let magic = c.take(8, "magic")?;
+    if magic != JOURNAL_MAGIC {
+        return Err(c.error_at(0, "magic"));
+    }
+    let mut c = Cursor::new(name, &data[8..], 8);
+    let header = Header::read(name, &mut c)?;
+    if header.flags & FLAG_HASHES == 0 {
+        return Err(c.error_at(14, "flag bit 0 always set"));
+    }
+    let h = (c.offset() - 8) as usize;
+    let row0 = c.u64("hash row 0")?;
+    let mut world = start_world(header.setup, header.link, header.start.as_ref());
+    if verify && world.hash() != row0 {
+        return Err(c.error_at(8 + h as u64, "hash row 0"));
+    }
+    let mut at = 16 + h;
+    let mut rows = vec![row0];
+    let mut inputs = Vec::new();
+    let mut dropped = None;
+    while at < data.len() {
+        let rest = &data[at..];
+        if rest.len() < 2 {
+            dropped = Some((at as u64, "a torn last record"));
+            break;
+        }
+        let n = u16::from_le_bytes([rest[0], rest[1]]) as usize;
+        if rest.len() < 2 + n + 8 {
+            dropped = Some((at as u64, "a torn last record"));
+            break;
+        }
+        if rows.len() - 1 == MAX_STEPS as usize {
+            dropped = Some((at as u64, "a replay holds at most"));
+            break;
+        }
+        let input = &rest[2..2 + n];
+        let hash = u64::from_le_bytes(rest[2 + n..2 + n + 8].try_into().expect("8 bytes"));
+        let Ok(ops) = decode_input(name, input, at as u64 + 2) else {
+            dropped = Some((at as u64, "the input of step"));
+            break;
+        };
+        if verify {
+            world.step(&ops);
+            if world.hash() != hash {
+                dropped = Some((at as u64, "the hash row of step"));
+                break;
+            }
+        }
+        rows.push(hash);
+        inputs.push(input);
+        at += 2 + n + 8;
+    }
+    let steps = inputs.len() as u32;
+    let mut bytes = data[8..8 + h].to_vec();
+    let count_at = if header.link.is_some() { 22 } else { 18 };
+    bytes[count_at..count_at + 4].copy_from_slice(&steps.to_le_bytes());
+    for r in &rows {
+        bytes.extend_from_slice(&r.to_le_bytes());
+    }
+    for i in &inputs {
+        bytes.extend_from_slice(&(i.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(i);
+    }
+    Ok(Expected {
+        bytes,
+        start_step: header.start.as_ref().map_or(0, |w| w.step),
+        steps,
+        dropped,
+    })
+}
+
+/// `recording::assemble` on the fuzzer's bytes as an in-progress file (`X.part`), with and
+/// without `verify`. It must make exactly the replay the docs describe (the header with
+/// its step count set, row 0 and the kept records' rows, then their inputs), keeping the
+/// longest prefix of whole, decodable (and, verifying, reproduced) records; that replay
+/// must read back, write back byte for byte, and, verified, verify; a refusal is the
+/// header's, at the same offset.
+pub fn journal(data: &[u8]) {
+    let part = scratch_file("rec.ostm.part");
+    let out = scratch_file("rec.ostm");
+    std::fs::write(&part, data).expect("write the in-progress file");
+    let pname = part.display().to_string();
+    for verify in [false, true] {
+        let got = assemble(&part, &out, verify);
+        let written = std::fs::read(&out).ok();
+        let _ = std::fs::remove_file(&out);
+        let mut tmp = out.clone().into_os_string();
+        tmp.push(".part.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let want = expected_assembly(&pname, data, verify);
+        match (got, want) {
+            (Ok(a), Ok(want)) => {
+                let Assembled {
+                    start_step,
+                    steps,
+                    dropped,
+                    ..
+                } = a;
+                let bytes = written.expect("the replay was written");
+                assert_eq!((start_step, steps), (want.start_step, want.steps));
+                match (&dropped, want.dropped) {
+                    (None, None) => {}
+                    (Some(d), Some((offset, why))) => {
+                        assert_eq!(d.offset, offset, "dropped from {}", d.why);
+                        assert_eq!(d.bytes, data.len() as u64 - offset);
+                        assert!(d.why.starts_with(why), "{} should start {why:?}", d.why);
+                    }
+                    (d, w) => panic!("assemble dropped {d:?}, the docs say {w:?}"),
+                }
+                assert!(
+                    bytes == want.bytes,
+                    "the assembled replay is the documented bytes"
+                );
+                let r = Replay::from_bytes("assembled", &bytes)
+                    .unwrap_or_else(|e| panic!("an assembled replay reads back: {e}"));
+                assert!(r.to_bytes() == bytes);
+                assert_eq!(r.step_count(), steps as usize);
+                assert_eq!(r.start_step(), start_step);
+                if verify && r.step_count() <= RUN_AT_MOST {
+                    assert!(
+                        matches!(r.verify(|_| {}), Verdict::Match { .. }),
+                        "a verified assembly verifies"
+                    );
+                }
+            }
+            (Err(AssembleError::Input(e)), Err(w)) => {
+                check_error(&e, &pname, data.len());
+                assert_eq!(e.offset, w.offset, "refused at the documented offset: {e}");
+                assert!(written.is_none(), "a refused file writes nothing");
+            }
+            (Err(e), Err(w)) => panic!("assemble failed with {e}, expected {w}"),
+            (Ok(a), Err(w)) => panic!("assemble made {a:?}, the docs refuse it: {w}"),
+            (Err(e), Ok(_)) => panic!("assemble refused with {e}, the docs accept it"),
+        }
+    }
+    let _ = std::fs::remove_file(&part);
+}
