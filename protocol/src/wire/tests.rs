@@ -457,9 +457,11 @@ fn refuses_a_probe_length_of_the_wrong_shape_at_its_own_offset() {
         let mut src = BytesMut::from(&frame(&p)[..]);
         let e = ViewerCodec::new("host").decode(&mut src).unwrap_err();
         assert!(
-            e.to_string().contains(&format!(
+            e.to_string().contains(
                 "host: at offset 7: expected probe snapshot length 6 + 12 + 32 x (1..=64)"
-            )) && e.to_string().contains(&format!("({range} a link block), found {len}")),
+            ) && e
+                .to_string()
+                .contains(&format!("({range} a link block), found {len}")),
             "{len}: {e}"
         );
     }

@@ -28,6 +28,10 @@ use tracing::debug;
 /// The largest message payload a viewer takes: a batch of records (at most 64 KiB) plus
 /// one largest frame.
 pub const MAX_PAYLOAD: usize = 64 * 1024 + 4 + 65_554;
+/// How long the reader waits for any message before it gives the session up: longer than
+/// over TCP, since a NATS server that restarts takes the client a few reconnection
+/// attempts and the ordered consumer two missed idle heartbeats (5 s each) to resume.
+pub const SILENCE: Duration = Duration::from_secs(30);
 /// How long a drift request waits for the host's reply.
 const DRIFT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -184,23 +188,14 @@ pub async fn run(
     if spool.push(Item::Attached { welcome, world }).is_err() {
         return Ended::Broken("cannot spool the keyframe".into());
     }
-    let consumer = match stream
-        .create_consumer(pull::OrderedConfig {
-            filter_subject: format!("ostm.{}.*", t.session),
-            deliver_policy: DeliverPolicy::ByStartSequence {
-                start_sequence: key_seq + 1,
-            },
-            ..Default::default()
-        })
-        .await
-    {
-        Ok(c) => c,
-        Err(e) => return Ended::Broken(format!("cannot read the stream {}: {e}", t.stream())),
-    };
-    let mut messages = match consumer.messages().await {
+    let filter = format!("ostm.{}.*", t.session);
+    let mut messages = match read_from(&stream, &filter, key_seq + 1).await {
         Ok(m) => m,
         Err(e) => return Ended::Broken(format!("cannot read the stream {}: {e}", t.stream())),
     };
+    // The last stream sequence taken, and when the last message came.
+    let mut last_seq = key_seq;
+    let mut heard = tokio::time::Instant::now();
     let (recs, end) = (t.subject("rec"), t.subject("end"));
     // A record past the next step was seen: records are skipped until a keyframe at or
     // after the step the viewer is at.
@@ -210,11 +205,20 @@ pub async fn run(
         let msg = tokio::select! {
             biased;
             m = messages.next() => m,
-            _ = tokio::time::sleep(super::network::SILENCE) => {
-                return Ended::Lost(format!(
-                    "the session {} on {} sent nothing for {} ms (its host publishes a record every step, at least one a second)",
-                    t.session, t.url, super::network::SILENCE.as_millis()
-                ));
+            _ = tokio::time::sleep(RESUME_AFTER) => {
+                if heard.elapsed() >= SILENCE {
+                    return Ended::Lost(format!(
+                        "the session {} on {} sent nothing for {} ms (its host publishes a record every step, at least one a second)",
+                        t.session, t.url, SILENCE.as_millis()
+                    ));
+                }
+                // Quiet for a while (a restarted server, a lost consumer): read on from
+                // the message after the last one taken with a new consumer.
+                debug!(last_seq, "no message for a while: reading on with a new consumer");
+                if let Ok(m) = read_from(&stream, &filter, last_seq + 1).await {
+                    messages = m;
+                }
+                continue;
             }
             r = from_verifier.recv() => {
                 if let Some(ToHost::DriftRequest { step }) = r {
@@ -235,6 +239,12 @@ pub async fn run(
             Some(Ok(m)) => m,
         };
         let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+        heard = tokio::time::Instant::now();
+        if seq <= last_seq && seq != 0 {
+            // Delivered again by a new consumer: already taken.
+            continue;
+        }
+        last_seq = last_seq.max(seq);
         let subject = msg.subject.as_str().to_string();
         let place = t.place(&subject, seq);
         if subject == recs {
@@ -300,6 +310,28 @@ pub async fn run(
             return Ended::Broken(format!("cannot spool the stream's records to disk: {e}"));
         }
     }
+}
+
+/// How long without a message before the reader reads on with a new consumer.
+const RESUME_AFTER: Duration = Duration::from_secs(3);
+
+/// The stream's messages on `filter` from stream sequence `start` on, in order.
+async fn read_from(
+    stream: &jetstream::stream::Stream,
+    filter: &str,
+    start: u64,
+) -> Result<pull::Ordered, String> {
+    let consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: filter.to_string(),
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: start,
+            },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    consumer.messages().await.map_err(|e| e.to_string())
 }
 
 /// The host's rate from a keyframe's `Ostm-Rate` header (0 when absent).
