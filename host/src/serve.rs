@@ -518,7 +518,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
             nats_stop.cancel();
         }
     }
-    print_status(&hub, args.json, Some(&end), waiting.len(), nats.as_deref(), None);
+    print_status(
+        &hub,
+        args.json,
+        Some(&end),
+        waiting.len(),
+        nats.as_deref(),
+        None,
+    );
     Ok(end)
 }
 
