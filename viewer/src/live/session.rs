@@ -385,7 +385,7 @@ fn first_attach(spool: &Spool, shared: &Shared) -> Result<(Welcome, World), Stop
 /// How much lower than the reader the verifier runs (Linux `nice` steps, per thread):
 /// when both want the CPU, reading the socket comes first, so a busy verifier never makes
 /// the host resync the viewer; the records wait in the spool instead.
-const VERIFIER_NICENESS: i32 = 5;
+const VERIFIER_NICENESS: i32 = 10;
 
 /// Lowers the calling thread's priority by [`VERIFIER_NICENESS`] (best effort).
 fn yield_to_reader() {
