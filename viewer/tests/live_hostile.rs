@@ -636,3 +636,20 @@ fn the_hosts_refusals_name_the_peer_and_the_offset() {
         &format!("{me}: at offset 17: expected a drift request (0x02) or heartbeat (0x03), found a second hello (0x01)"),
     );
 }
+
+/// A peer that accepts the connection and never answers (an HTTP server waiting for a
+/// request): the viewer says within its 2 s welcome deadline that this is not an ostm
+/// host, rather than waiting for the 10 s silence.
+#[test]
+fn a_peer_that_never_answers_is_named_not_an_ostm_host() {
+    let addr = fake_host_then(Vec::new(), false);
+    let out = viewer(&["check", &addr, "--steps", "1"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stdout(&out).contains(&format!(
+            "{addr} sent no welcome within 2000 ms of the hello: it is not an ostm host"
+        )),
+        "{}",
+        stdout(&out)
+    );
+}
