@@ -57,6 +57,16 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `check ADDR --steps 5 ARGS` is refused: exit 2, and its line holds every one of `want`.
+#[track_caller]
+fn refused(addr: &str, args: &[&str], want: &[&str]) {
+    let out = viewer(&[&["check", addr, "--steps", "5"][..], args].concat());
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    for w in want {
+        assert!(stdout(&out).contains(w), "{w}: {}", stdout(&out));
+    }
+}
+
 fn tls_host(cert: &Path, key: &Path) -> Host {
     Host::start(&[
         "--rate",
@@ -107,73 +117,38 @@ fn a_good_certificate_attaches_and_verifies_and_bad_ones_are_refused() {
     assert_eq!(code(&out), 0, "{}", stdout(&out));
 
     // A CA the viewer does not trust.
-    let out = viewer(&[
-        "check",
+    refused(
         &host.addr,
-        "--steps",
-        "5",
-        "--tls-ca",
-        s(&other_ca.pem),
-    ]);
-    assert_eq!(code(&out), 2);
-    assert!(
-        stdout(&out).contains("not signed by a CA this viewer trusts"),
-        "{}",
-        stdout(&out)
+        &["--tls-ca", s(&other_ca.pem)],
+        &["not signed by a CA this viewer trusts"],
     );
     // A name the certificate does not carry.
-    let out = viewer(&[
-        "check",
+    refused(
         &host.addr,
-        "--steps",
-        "5",
-        "--tls-ca",
-        s(&good_ca.pem),
-        "--tls-name",
-        "elsewhere.example",
-    ]);
-    assert_eq!(code(&out), 2);
-    assert!(
-        stdout(&out).contains("not valid for elsewhere.example"),
-        "{}",
-        stdout(&out)
+        &[
+            "--tls-ca",
+            s(&good_ca.pem),
+            "--tls-name",
+            "elsewhere.example",
+        ],
+        &["not valid for elsewhere.example"],
     );
     // A plaintext viewer against the TLS host.
-    let out = viewer(&["check", &host.addr, "--steps", "5"]);
-    assert_eq!(code(&out), 2);
-    assert!(stdout(&out).contains("--tls"), "{}", stdout(&out));
+    refused(&host.addr, &[], &["--tls"]);
     drop(host);
 
     // An expired certificate.
     let (cert, key) = leaf(d, &good_ca, "old", &["127.0.0.1"], true);
     let host = tls_host(&cert, &key);
-    let out = viewer(&[
-        "check",
-        &host.addr,
-        "--steps",
-        "5",
-        "--tls-ca",
-        s(&good_ca.pem),
-    ]);
-    assert_eq!(code(&out), 2);
-    assert!(stdout(&out).contains("has expired"), "{}", stdout(&out));
+    refused(&host.addr, &["--tls-ca", s(&good_ca.pem)], &["has expired"]);
     drop(host);
 
     // A TLS viewer against a plaintext host.
     let host = Host::start(&["--rate", "500", "--status-ms", "0"]);
-    let out = viewer(&[
-        "check",
+    refused(
         &host.addr,
-        "--steps",
-        "5",
-        "--tls-ca",
-        s(&good_ca.pem),
-    ]);
-    assert_eq!(code(&out), 2);
-    assert!(
-        stdout(&out).contains("TLS handshake with") && stdout(&out).contains("failed"),
-        "{}",
-        stdout(&out)
+        &["--tls-ca", s(&good_ca.pem)],
+        &["TLS handshake with", "failed"],
     );
 }
 
