@@ -387,7 +387,9 @@ fn record_paths_are_checked_before_connecting() {
 /// step to the host's last, all verified.
 #[test]
 fn a_full_speed_host_is_recorded_in_one_file_without_a_gap() {
-    const STEPS: u64 = 200_000;
+    // Enough steps for a debug host at full speed to run far ahead of a debug verifier
+    // (it does on any machine: the test holds however slow verification is).
+    const STEPS: u64 = 60_000;
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("fast.ostm");
     let host = Host::start(&[

@@ -89,6 +89,11 @@ pub struct Args {
     pub fields_at: Vec<u64>,
     #[command(flatten)]
     pub bundle: BundleArgs,
+    /// Run verification this many nice steps below reading the socket (0: the same), so
+    /// that reading comes first and records wait on disk rather than the host resyncing
+    /// the viewer; on a machine busy with other work, a lower value verifies sooner.
+    #[arg(long, value_name = "N", default_value_t = session::VERIFIER_NICENESS, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub verifier_nice: i32,
     /// Test only: verify at most this many steps per second.
     #[arg(long, hide = true)]
     pub throttle: Option<u32>,
@@ -286,6 +291,7 @@ pub fn run(mut args: Args) -> Exit {
             .then(|| Duration::from_secs(args.reconnect_for)),
         throttle: args.throttle,
         throttle_read: args.throttle_read,
+        verifier_nice: args.verifier_nice,
         fields: args.fields,
         fields_at: args.fields_at.iter().copied().collect(),
     };

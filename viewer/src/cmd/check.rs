@@ -68,6 +68,7 @@ pub fn run(mut args: Args) -> Exit {
         tls,
         nats_auth: args.host.nats.clone(),
         from_step: args.host.from_step,
+        verifier_nice: crate::live::session::VERIFIER_NICENESS,
         steps: Some(args.steps),
         ..Options::default()
     };

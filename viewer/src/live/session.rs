@@ -58,6 +58,8 @@ pub struct Options {
     pub throttle_read: Option<u32>,
     /// Compute both fields ([`fields::compute`]) of every world the viewer reaches.
     pub fields: bool,
+    /// Nice steps the verifier runs below the reader ([`VERIFIER_NICENESS`] by default).
+    pub verifier_nice: i32,
     /// Report the fields ([`Event::Fields`]) when the viewer's world is at these steps.
     /// Implies `fields`.
     pub fields_at: BTreeSet<u64>,
@@ -300,10 +302,8 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         net.stop();
         return out;
     }
-    events(Event::Attached {
-        welcome: &welcome,
-        world: &world,
-    });
+    // The recording's header and start snapshot are on disk before the attach is
+    // reported: a process killed right after its `attached` line leaves a recoverable file.
     let recording = match &opts.record {
         Some(path) => match Recording::start(path, &world, opts.durability) {
             Ok(r) => Some(r),
@@ -315,6 +315,10 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         },
         None => None,
     };
+    events(Event::Attached {
+        welcome: &welcome,
+        world: &world,
+    });
     let mut st = State {
         world,
         verified: 0,
@@ -382,18 +386,21 @@ fn first_attach(spool: &Spool, shared: &Shared) -> Result<(Welcome, World), Stop
     }
 }
 
-/// How much lower than the reader the verifier runs (Linux `nice` steps, per thread):
-/// when both want the CPU, reading the socket comes first, so a busy verifier never makes
-/// the host resync the viewer; the records wait in the spool instead.
-const VERIFIER_NICENESS: i32 = 10;
+/// How much lower than the reader the verifier runs by default (Linux `nice` steps, per
+/// thread, `--verifier-nice`): when both want the CPU, reading the socket comes first, so
+/// a busy verifier never makes the host resync the viewer; the records wait in the spool.
+pub const VERIFIER_NICENESS: i32 = 10;
 
-/// Lowers the calling thread's priority by [`VERIFIER_NICENESS`] (best effort).
-fn yield_to_reader() {
+/// Lowers the calling thread's priority by `by` nice steps (best effort; 0 leaves it).
+fn yield_to_reader(by: i32) {
+    if by <= 0 {
+        return;
+    }
     // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
         let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        let _ = libc::setpriority(libc::PRIO_PROCESS, tid, now + VERIFIER_NICENESS);
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid, now + by);
     }
 }
 
@@ -405,7 +412,7 @@ fn verify_loop(
     st: &mut State,
     events: &mut impl FnMut(Event<'_>),
 ) -> Stop {
-    yield_to_reader();
+    yield_to_reader(opts.verifier_nice);
     let mut next_status = Instant::now() + STATUS_EVERY;
     let mut ops: Vec<Op> = Vec::new();
     // The world before the step being verified, kept for a drift report.
