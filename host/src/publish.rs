@@ -152,9 +152,19 @@ impl Feed {
         }
     }
 
-    /// Hands the end over (waits at most a second for room).
+    /// Hands the end over, waiting at most a second for room (a feed that stays full
+    /// means NATS is away: the end is then not published).
     pub fn end(&self, end: End) {
-        let _ = self.tx.blocking_send(Item::End(end));
+        let mut item = Item::End(end);
+        for _ in 0..100 {
+            match self.tx.try_send(item) {
+                Ok(()) => return,
+                Err(mpsc::error::TrySendError::Full(back)) => item = back,
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
     }
 }
 

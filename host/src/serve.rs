@@ -34,10 +34,10 @@ pub const DEFAULT_MAX_VIEWERS: usize = 256;
 pub const DEFAULT_MAX_WAITING: usize = 1024;
 /// Default cap on connections waiting for their hello from one address.
 pub const DEFAULT_MAX_WAITING_PER_ADDRESS: usize = 256;
-/// Default records queued per viewer before it is resynced: at `--rate max` (about
-/// 1.5 million steps a second) about 40 ms of slack, enough for a viewer on a busy
-/// machine that is descheduled for a few time slices; at 60 steps/s far more than the
-/// stall timeout. Slots are allocated only as a queue fills.
+/// Default records queued per viewer before it is resynced: 65 536 / rate seconds of
+/// slack (at `--rate max` tens of milliseconds, enough for a viewer on a busy machine
+/// that is descheduled for a few time slices; at 60 steps/s far more than the stall
+/// timeout). Slots are allocated only as a queue fills.
 pub const DEFAULT_QUEUE: u32 = 65_536;
 /// Default recent worlds held for drift requests.
 pub const DEFAULT_RING: u32 = 512;

@@ -49,17 +49,16 @@ impl Recording {
         })
     }
 
-    /// Records one verified step, and flushes when a flush is due.
+    /// Records one verified step (buffered: the session's status tick flushes it).
     ///
     /// # Errors
     /// A write fails.
     pub fn push(&mut self, input: &[u8], hash: u64) -> io::Result<()> {
-        self.current.push(input, hash)?;
-        self.current.flush_due(Instant::now())?;
-        Ok(())
+        self.current.push(input, hash)
     }
 
-    /// Flushes when a flush is due (called at least every 250 ms when no step comes).
+    /// Flushes when a flush is due; the session calls it at every status tick (every
+    /// 250 ms, whether steps come or not), before the status is reported.
     ///
     /// # Errors
     /// A write fails.
