@@ -269,13 +269,14 @@ impl HostArgs {
 }
 
 /// Runs `attach`.
-pub fn run(mut args: Args) -> Exit {
+/// The session `attach` asks for (`watch` and `--tui` run the same one).
+///
+/// # Errors
+/// The token or TLS options cannot be used with the address.
+pub fn options(args: &mut Args) -> Result<Options, String> {
     args.addr = with_default_port(&args.addr);
-    let (token, tls) = match args.host.resolve(&args.addr) {
-        Ok(t) => t,
-        Err(e) => return crate::exit::fail(e),
-    };
-    let opts = Options {
+    let (token, tls) = args.host.resolve(&args.addr)?;
+    Ok(Options {
         addr: args.addr.clone(),
         token,
         tls,
@@ -294,84 +295,124 @@ pub fn run(mut args: Args) -> Exit {
         verifier_nice: args.verifier_nice,
         fields: args.fields,
         fields_at: args.fields_at.iter().copied().collect(),
+        frames: None,
+    })
+}
+
+pub fn run(mut args: Args) -> Exit {
+    let opts = match options(&mut args) {
+        Ok(o) => o,
+        Err(e) => return crate::exit::fail(e),
     };
-    let json = args.json;
-    let terminal = !json && std::io::stderr().is_terminal();
-    let mut last_plain = Instant::now();
-    let mut resyncs = ResyncLines::default();
-    let outcome = session::run(&opts, |ev| match ev {
-        Event::Attached { welcome, world } => {
-            let s = world.setup();
-            let link = world.link().map(|l| link_info(&l));
-            if json {
-                out(&serde_json::json!({"event": "attached", "addr": opts.addr, "step": world.step, "dims": s.dims as u8,
+    let mut lines = Lines::new(&args);
+    let outcome = session::run(&opts, |ev| lines.on(&ev));
+    finish(&args, &outcome, lines)
+}
+
+/// What `attach` prints while the session runs: one line per event, JSON with `--json`,
+/// the status rewritten in place on a terminal.
+pub struct Lines {
+    addr: String,
+    json: bool,
+    terminal: bool,
+    last_plain: Instant,
+    resyncs: ResyncLines,
+}
+
+impl Lines {
+    pub fn new(args: &Args) -> Lines {
+        Lines {
+            addr: args.addr.clone(),
+            json: args.json,
+            terminal: !args.json && std::io::stderr().is_terminal(),
+            last_plain: Instant::now(),
+            resyncs: ResyncLines::default(),
+        }
+    }
+
+    /// Prints what `ev` tells a person or a script.
+    pub fn on(&mut self, ev: &Event<'_>) {
+        let (json, terminal) = (self.json, self.terminal);
+        match *ev {
+            Event::Attached { welcome, world } => {
+                let s = world.setup();
+                let link = world.link().map(|l| link_info(&l));
+                if json {
+                    out(&serde_json::json!({"event": "attached", "addr": self.addr, "step": world.step, "dims": s.dims as u8,
                         "slots": world.bodies.len(), "alive": world.alive_count(), "seed": s.seed, "host_rate": welcome.rate,
                         "link": link}).to_string());
-            } else {
-                let rate = if welcome.rate == 0 {
-                    "as fast as it can".to_string()
                 } else {
-                    format!("{}/s", welcome.rate)
-                };
-                out(&format!("attached to {} at step {} ({}D, seed {}, {} live bodies in {} slots; host rate {rate})", opts.addr, world.step, s.dims as u8, s.seed, world.alive_count(), world.bodies.len()));
-                if let Some(l) = link {
-                    out(&format!("link: {}", l.describe()));
+                    let rate = if welcome.rate == 0 {
+                        "as fast as it can".to_string()
+                    } else {
+                        format!("{}/s", welcome.rate)
+                    };
+                    out(&format!("attached to {} at step {} ({}D, seed {}, {} live bodies in {} slots; host rate {rate})", self.addr, world.step, s.dims as u8, s.seed, world.alive_count(), world.bodies.len()));
+                    if let Some(l) = link {
+                        out(&format!("link: {}", l.describe()));
+                    }
                 }
             }
-        }
-        Event::Fields { world, fields } => {
-            if terminal {
-                eprint!("\r\x1b[2K");
-            }
-            print_fields(json, &opts.addr, world, fields);
-        }
-        Event::Resync { from, to, file } => {
-            if json {
-                out(&serde_json::json!({"event": "resync", "from": from, "to": to, "file": file.map(|f| f.display().to_string())}).to_string());
-            } else if let Some(line) =
-                resyncs.note(Instant::now(), from, to, file.map(|f| f.as_path()))
-            {
+            Event::Fields { world, fields } => {
                 if terminal {
                     eprint!("\r\x1b[2K");
                 }
-                out(&line);
+                print_fields(json, &self.addr, world, fields);
             }
-        }
-        Event::Reconnected { gap, file } => {
-            if terminal {
-                eprint!("\r\x1b[2K");
-            }
-            if json {
-                out(&serde_json::json!({"event": "gap", "from": gap.from, "to": gap.to, "steps": gap.to.saturating_sub(gap.from), "why": gap.why, "file": file.map(|f| f.display().to_string())}).to_string());
-            } else {
-                let cont = file
-                    .map(|f| format!("; recording continues in {}", f.display()))
-                    .unwrap_or_default();
-                out(&format!(
-                    "gap: {}; reconnected at step {} (steps {}..{} not seen){cont}",
-                    gap.why, gap.to, gap.from, gap.to
-                ));
-            }
-        }
-        Event::Status(s) => {
-            if terminal {
-                eprint!("\r\x1b[2K{}", status_line(&s));
-            } else if last_plain.elapsed() >= Duration::from_secs(1) {
-                last_plain = Instant::now();
+            Event::Resync { from, to, file } => {
                 if json {
-                    out(&status_json(&s).to_string());
-                } else {
-                    out(&status_line(&s));
+                    out(&serde_json::json!({"event": "resync", "from": from, "to": to, "file": file.map(|f| f.display().to_string())}).to_string());
+                } else if let Some(line) =
+                    self.resyncs
+                        .note(Instant::now(), from, to, file.map(|f| f.as_path()))
+                {
+                    if terminal {
+                        eprint!("\r\x1b[2K");
+                    }
+                    out(&line);
                 }
             }
+            Event::Reconnected { gap, file } => {
+                if terminal {
+                    eprint!("\r\x1b[2K");
+                }
+                if json {
+                    out(&serde_json::json!({"event": "gap", "from": gap.from, "to": gap.to, "steps": gap.to.saturating_sub(gap.from), "why": gap.why, "file": file.map(|f| f.display().to_string())}).to_string());
+                } else {
+                    let cont = file
+                        .map(|f| format!("; recording continues in {}", f.display()))
+                        .unwrap_or_default();
+                    out(&format!(
+                        "gap: {}; reconnected at step {} (steps {}..{} not seen){cont}",
+                        gap.why, gap.to, gap.from, gap.to
+                    ));
+                }
+            }
+            Event::Status(s) => {
+                if terminal {
+                    eprint!("\r\x1b[2K{}", status_line(&s));
+                } else if self.last_plain.elapsed() >= Duration::from_secs(1) {
+                    self.last_plain = Instant::now();
+                    if json {
+                        out(&status_json(&s).to_string());
+                    } else {
+                        out(&status_line(&s));
+                    }
+                }
+            }
+            Event::Frame { .. } => {}
         }
-    });
-    if terminal {
+    }
+}
+
+/// Prints the session's end (files, the verdict, the drift bundle) and gives the exit code.
+pub fn finish(args: &Args, outcome: &Outcome, lines: Lines) -> Exit {
+    if lines.terminal {
         eprintln!();
     }
-    let (exit, plain, obj) = verdict(&outcome);
-    let bundle = drift_bundle(&outcome, &args.bundle, args.recording.record.as_deref());
-    if json {
+    let (exit, plain, obj) = verdict(outcome);
+    let bundle = drift_bundle(outcome, &args.bundle, args.recording.record.as_deref());
+    if lines.json {
         let mut obj = obj;
         obj["event"] = "end".into();
         add_bundle_json(&mut obj, bundle.as_ref());
@@ -380,7 +421,7 @@ pub fn run(mut args: Args) -> Exit {
         for (step, why) in &outcome.fields_missed {
             out(&format!("note: no fields at step {step}: {why}"));
         }
-        if let Some(line) = resyncs.summary() {
+        if let Some(line) = lines.resyncs.summary() {
             out(&line);
         }
         for w in &outcome.files {

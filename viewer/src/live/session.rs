@@ -15,7 +15,7 @@ use ostm_protocol::wire::{End, Record, ToHost, Welcome};
 use ostm_protocol::{Op, World};
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::debug;
@@ -63,6 +63,31 @@ pub struct Options {
     /// Report the fields ([`Event::Fields`]) when the viewer's world is at these steps.
     /// Implies `fields`.
     pub fields_at: BTreeSet<u64>,
+    /// A view of the world (terminal or web) asks for frames with this ([`Event::Frame`]).
+    pub frames: Option<FrameRequest>,
+}
+
+/// How a view of the world (the terminal view, the web page) takes frames from the
+/// verifier without slowing it: the view calls [`FrameRequest::ask`] when it can draw (once
+/// per display refresh, say), and the verifier reports the next world it reaches as one
+/// [`Event::Frame`] and clears the request. The verifier never waits for a view: between
+/// two asks it only loads one flag per step, and the latest world wins.
+#[derive(Debug, Clone, Default)]
+// Its consumers (`watch`, `attach --tui`) are being built on it.
+#[allow(dead_code)]
+pub struct FrameRequest(Arc<AtomicBool>);
+
+#[allow(dead_code)]
+impl FrameRequest {
+    /// Asks for the next world the verifier reaches (or holds, when it is idle).
+    pub fn ask(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Takes the request, if there is one.
+    fn take(&self) -> bool {
+        self.0.load(Ordering::Relaxed) && self.0.swap(false, Ordering::Acquire)
+    }
 }
 
 impl Options {
@@ -175,6 +200,14 @@ pub enum Event<'a> {
         world: &'a World,
         fields: &'a Fields,
     },
+    /// The viewer's world, asked for with [`Options::frames`]: `verified` when its hash
+    /// was reproduced by stepping, not when it is the host's snapshot (at the attach, a
+    /// resync or a reconnection) and no step has been verified from it yet.
+    #[allow(dead_code)]
+    Frame {
+        world: &'a World,
+        verified: bool,
+    },
 }
 
 struct State {
@@ -194,9 +227,23 @@ struct State {
     fields_due: BTreeSet<u64>,
     fields_missed: Vec<(u64, String)>,
     backlog_peak: Backlog,
+    /// Steps verified since the current world's snapshot.
+    since_snapshot: u64,
 }
 
 impl State {
+    /// Reports the world as a frame when a view asked for one.
+    fn frame(&self, opts: &Options, events: &mut impl FnMut(Event<'_>)) {
+        if let Some(f) = &opts.frames {
+            if f.take() {
+                events(Event::Frame {
+                    world: &self.world,
+                    verified: self.since_snapshot > 0,
+                });
+            }
+        }
+    }
+
     /// The world changed (a verified step, or a snapshot): computes its fields when asked,
     /// reports them at a step asked for, and counts asked-for steps now behind the world
     /// as missed (`why`: what went past them; a verified step never does).
@@ -332,6 +379,7 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         fields_due: opts.fields_at.clone(),
         fields_missed: Vec::new(),
         backlog_peak: Backlog::default(),
+        since_snapshot: 0,
     };
     shared.viewer_step.store(st.world.step, Ordering::Relaxed);
     let why = format!("the viewer attached at step {}, after it", st.world.step);
@@ -445,6 +493,8 @@ fn verify_loop(
             events(Event::Status(status(st, shared, backlog.records)));
         }
         let Some(item) = item else {
+            // Idle: a view that asked still gets the world it holds.
+            st.frame(opts, events);
             continue;
         };
         match item {
@@ -470,8 +520,10 @@ fn verify_loop(
                     return Stop::Drift(Box::new(drift(net, shared, st, before, &r, hash)));
                 }
                 st.verified += 1;
+                st.since_snapshot += 1;
                 shared.viewer_step.store(st.world.step, Ordering::Relaxed);
                 st.reached(opts, "", events);
+                st.frame(opts, events);
                 if let Some(per_second) = opts.throttle {
                     throttled += 1;
                     let due = throttle_start
@@ -502,6 +554,7 @@ fn verify_loop(
                 }
                 st.resyncs += 1;
                 st.world = world;
+                st.since_snapshot = 0;
                 let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
                     Some(Err(e)) => {
                         return Stop::Failed(format!(
@@ -555,6 +608,7 @@ fn verify_loop(
                 };
                 st.connection = shared.connection.load(Ordering::SeqCst);
                 st.world = world;
+                st.since_snapshot = 0;
                 let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
                     Some(Err(e)) => {
                         return Stop::Failed(format!(
@@ -653,4 +707,20 @@ fn drift(
         reply,
         no_reply,
     })
+}
+
+#[cfg(test)]
+mod frame_tests {
+    use super::FrameRequest;
+
+    #[test]
+    fn an_ask_is_taken_once() {
+        let f = FrameRequest::default();
+        assert!(!f.take(), "nothing asked yet");
+        f.ask();
+        f.ask();
+        let view = f.clone();
+        assert!(view.take(), "the ask is seen through a clone");
+        assert!(!f.take(), "two asks before a take give one frame");
+    }
 }
