@@ -17,3 +17,4 @@ pub mod record;
 pub mod session;
 pub mod spool;
 pub mod tls;
+pub mod trail;

@@ -8,6 +8,7 @@ use super::drift::{on_drift, DriftReport, Evidence};
 use super::network::{self, Dial, Network, Shared};
 use super::record::{Recording, Written};
 use super::spool::{Backlog, Item, Spool};
+use super::trail::Trail;
 use ostm_protocol::fields::{self, Fields};
 use ostm_protocol::op::for_each_op;
 use ostm_protocol::recording::{check_target, Durability};
@@ -463,8 +464,8 @@ fn verify_loop(
     yield_to_reader(opts.verifier_nice);
     let mut next_status = Instant::now() + STATUS_EVERY;
     let mut ops: Vec<Op> = Vec::new();
-    // The world before the step being verified, kept for a drift report.
-    let mut before = st.world.clone();
+    // The world before the step being verified, for a drift report.
+    let mut trail = Trail::new(&st.world);
     // Items taken from the spool, many at a time.
     let mut pending: VecDeque<Item> = VecDeque::new();
     let mut throttled = 0u64;
@@ -513,12 +514,13 @@ fn verify_loop(
                 ops.clear();
                 // The codec checked the input when it decoded the record.
                 let _ = for_each_op("record", &r.input, 0, |op| ops.push(op));
-                before.clone_from(&st.world);
                 st.world.step(&ops);
                 let hash = st.world.hash();
                 if hash != r.hash {
+                    let before = trail.world();
                     return Stop::Drift(Box::new(drift(net, shared, st, before, &r, hash)));
                 }
+                trail.verified(&r.input, &st.world);
                 st.verified += 1;
                 st.since_snapshot += 1;
                 shared.viewer_step.store(st.world.step, Ordering::Relaxed);
@@ -555,6 +557,7 @@ fn verify_loop(
                 st.resyncs += 1;
                 st.world = world;
                 st.since_snapshot = 0;
+                trail.restart(&st.world);
                 let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
                     Some(Err(e)) => {
                         return Stop::Failed(format!(
@@ -609,6 +612,7 @@ fn verify_loop(
                 st.connection = shared.connection.load(Ordering::SeqCst);
                 st.world = world;
                 st.since_snapshot = 0;
+                trail.restart(&st.world);
                 let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
                     Some(Err(e)) => {
                         return Stop::Failed(format!(
