@@ -54,6 +54,22 @@
 //! `range(0, slots - 1)` (it may be removed), `9` out of range `range(slots, 255)`.
 //!
 //! Ops name x, y and z even in 2D, where the world ignores z.
+//!
+//! # The lively phase
+//!
+//! From call `n = LIVELY_FROM` (10 000) on, the schedule above is over for good, so that a
+//! world run for ever (the host's embedded default) keeps its bodies and keeps them
+//! moving: nothing is ever removed again (a removed slot never comes back, and once all 64
+//! slots are used no spawn adds one). With `m = n - LIVELY_FROM`:
+//! - `m % CYCLE == 0`: gravity 3 (the default), as the call's first op;
+//! - `m % KICK_EVERY == 0` (every 4th call): one impulse, on a live body (`pick_live`),
+//!   then `dx = range(-KICK_SIDEWAYS, KICK_SIDEWAYS)`, `dy = range(KICK_UP_MIN, KICK_UP_MAX)`,
+//!   `dz = range(-KICK_SIDEWAYS, KICK_SIDEWAYS)`: a kick up and sideways;
+//! - any other call: no ops and no draws.
+//!
+//! A body kicked up by 40 to 160 mm/step bounces for a few hundred steps before it rests,
+//! and with about 30 live bodies each is kicked every ~120 steps, so most are moving at
+//! any step. The first 10 000 calls are exactly the schedule above.
 
 use crate::link::Role;
 use crate::op::Op;
@@ -69,6 +85,16 @@ pub const CYCLE: u64 = 2000;
 pub const BUSY: u64 = 300;
 /// A random remove aimed at a live body goes elsewhere unless more bodies than this are alive.
 pub const KEEP_ALIVE: usize = 32;
+/// The first call of the lively phase (see the module docs), when the schedule ends.
+pub const LIVELY_FROM: u64 = 10_000;
+/// In the lively phase, one call in this many kicks a live body.
+pub const KICK_EVERY: u64 = 4;
+/// A kick's x and z are drawn from `-KICK_SIDEWAYS..=KICK_SIDEWAYS` (mm/step).
+pub const KICK_SIDEWAYS: i32 = 80;
+/// A kick's y is drawn from `KICK_UP_MIN..=KICK_UP_MAX` (mm/step, up).
+pub const KICK_UP_MIN: i32 = 40;
+/// See [`KICK_UP_MIN`].
+pub const KICK_UP_MAX: i32 = 160;
 
 const MIN: i32 = i32::MIN;
 const MAX: i32 = i32::MAX;
@@ -81,6 +107,8 @@ pub struct Scenario {
     n: u64,
     /// The body removed at `k = 270` of the current cycle.
     removed: Option<u8>,
+    /// The first call of the lively phase: [`LIVELY_FROM`], or later in tests.
+    lively_from: u64,
 }
 
 impl Scenario {
@@ -90,6 +118,17 @@ impl Scenario {
             rng: Sfc32::from_seed(seed ^ SCENARIO_SALT),
             n: 0,
             removed: None,
+            lively_from: LIVELY_FROM,
+        }
+    }
+
+    /// A scenario whose lively phase starts at call `lively_from` instead of
+    /// [`LIVELY_FROM`] (`u64::MAX`: never, the schedule repeats for ever). For tests that
+    /// show what the lively phase changes; the host and the test data use [`Scenario::new`].
+    pub fn with_lively_from(seed: u32, lively_from: u64) -> Scenario {
+        Scenario {
+            lively_from,
+            ..Scenario::new(seed)
         }
     }
 
@@ -100,9 +139,14 @@ impl Scenario {
 
     /// The ops of the next step, given the world as it is before that step.
     pub fn next_input(&mut self, world: &World) -> Vec<Op> {
-        let k = self.n % CYCLE;
+        let n = self.n;
         self.n += 1;
         let mut ops = Vec::new();
+        if n >= self.lively_from {
+            self.lively(n - self.lively_from, world, &mut ops);
+            return ops;
+        }
+        let k = n % CYCLE;
         if k >= BUSY {
             return ops;
         }
@@ -115,6 +159,22 @@ impl Scenario {
             }
         }
         ops
+    }
+
+    /// Call `m` of the lively phase: see the module docs.
+    fn lively(&mut self, m: u64, world: &World, ops: &mut Vec<Op>) {
+        if m % CYCLE == 0 {
+            ops.push(Op::Gravity { g: DEFAULT_GRAVITY });
+        }
+        if m % KICK_EVERY == 0 {
+            let body = self.pick_live(world);
+            let d = [
+                self.coord(-KICK_SIDEWAYS, KICK_SIDEWAYS),
+                self.coord(KICK_UP_MIN, KICK_UP_MAX),
+                self.coord(-KICK_SIDEWAYS, KICK_SIDEWAYS),
+            ];
+            ops.push(Op::Impulse { body, d });
+        }
     }
 
     fn scheduled(&mut self, k: u64, world: &World, ops: &mut Vec<Op>) {

@@ -37,6 +37,9 @@ pub const LINK_BODY: u8 = 3;
 pub const LINK_TRANSFER_STEP: u16 = 150;
 /// The step at which `test-start-snapshot.ostm`'s start snapshot is taken.
 pub const START_SNAPSHOT_STEP: u64 = 1234;
+/// The step at which `test-lively.ostm` starts: 500 steps before the scenario's lively
+/// phase ([`crate::scenario::LIVELY_FROM`]), so the file crosses into it.
+pub const LIVELY_START_STEP: u64 = 9500;
 
 /// Every generated replay, in the order they are written.
 pub fn specs() -> Vec<Spec> {
@@ -101,6 +104,13 @@ pub fn specs() -> Vec<Spec> {
             link: None,
             start_at: Some(START_SNAPSHOT_STEP),
             steps: 1000,
+        },
+        Spec {
+            name: "test-lively.ostm",
+            setup: setup(Dims::Three, 24, 10_000),
+            link: None,
+            start_at: Some(LIVELY_START_STEP),
+            steps: 2000,
         },
     ]
 }

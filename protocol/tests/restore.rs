@@ -122,6 +122,10 @@ fn every_replay_restores_at_steps_from_its_own_run() {
             if needed == "first spawn" && full {
                 continue;
             }
+            // The lively one runs quiet steps, then the lively phase: it removes nothing.
+            if needed == "first remove" && spec.name == "test-lively.ostm" {
+                continue;
+            }
             assert!(
                 reasons.contains(&needed),
                 "{}: no {needed} in its run",

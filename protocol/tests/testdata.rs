@@ -2,6 +2,7 @@
 //! replays hold what `docs/testdata.md` promises (every op kind, the cap, the extremes …).
 
 use ostm_protocol::ostm::{FLAG_HASHES, FLAG_LINK, FLAG_START_SNAPSHOT};
+use ostm_protocol::scenario::LIVELY_FROM;
 use ostm_protocol::testdata::{self, specs};
 use ostm_protocol::world::{Dims, BOX_MM, DEFAULT_GRAVITY, MAX_BODIES};
 use ostm_protocol::{Op, OpKind, Replay, Role, Verdict, World};
@@ -290,4 +291,40 @@ fn test_10000_ends_quiet_with_bodies_at_rest() {
         "most live bodies rest at the end: {resting} of {}",
         w.alive_count()
     );
+}
+
+#[test]
+fn test_lively_crosses_into_the_lively_phase() {
+    let lively = read("test-lively.ostm");
+    let long = read("test-10000.ostm");
+    assert_eq!(lively.start_step(), testdata::LIVELY_START_STEP);
+    let rows = lively.hashes.as_ref().expect("rows");
+    // The same world: its row at step 10 000 is test-10000.ostm's last row.
+    let at = (LIVELY_FROM - testdata::LIVELY_START_STEP) as usize;
+    assert_eq!(
+        rows[at],
+        *long.hashes.as_ref().expect("rows").last().unwrap()
+    );
+    for i in 0..lively.step_count() {
+        let step = testdata::LIVELY_START_STEP + i as u64;
+        let ops = lively.inputs.ops(i);
+        let want = match step.checked_sub(LIVELY_FROM) {
+            None => 0, // the fifth cycle's quiet end
+            Some(m) => (m % 2000 == 0) as usize + (m % 4 == 0) as usize,
+        };
+        assert_eq!(ops.len(), want, "step {step}: {ops:?}");
+        for op in &ops {
+            match *op {
+                Op::Gravity { g } => assert_eq!(g, DEFAULT_GRAVITY, "step {step}"),
+                Op::Impulse { d, .. } => {
+                    assert!(
+                        (-80..=80).contains(&d[0]) && (-80..=80).contains(&d[2]),
+                        "{d:?}"
+                    );
+                    assert!((40..=160).contains(&d[1]), "step {step}: {d:?}");
+                }
+                _ => panic!("step {step}: {op:?} in the lively phase"),
+            }
+        }
+    }
 }

@@ -66,6 +66,8 @@ MUTANTS = [
     ("scenario seed constant SCN2", "scenario.py", "SCN1 = 0x314E4353", "SCN1 = 0x324E4353", True),
     ("scenario random ops when next % 8 < 3", "scenario.py", "if self.next() % 8 < 2:", "if self.next() % 8 < 3:", True),
     ("scenario remove guard at 31", "scenario.py", "(live <= 32 or", "(live <= 31 or", True),
+    ("scenario lively phase from call 10 001", "scenario.py", "if n >= 10000:", "if n >= 10001:", True),
+    ("scenario lively kick up from 41", "scenario.py", "self.range(40, 160)", "self.range(41, 160)", True),
     ("first rest from the start world's still counts", "ostm_check.py", "    first_rest = {}\n", "    first_rest = {i: world.step for i, s in enumerate(world.slots) if s[0] == 1 and s[1] >= 1}\n", False),
     ("still saturates at 2^31", "ostm.py", "s[1] = min(s[1] + 1, U32_MAX)", "s[1] = min(s[1] + 1, 2**31)", False),
 ]

@@ -47,9 +47,22 @@ class Scenario:
             return self.range(0, slots - 1)
         return self.range(slots, 255)
 
+    def lively(self, m: int, world: World) -> list:
+        """Call n = 10 000 + m: the lively phase."""
+        ops = []
+        if m % 2000 == 0:
+            ops.append((4, 3))
+        if m % 4 == 0:
+            t = self.live_body(world)
+            ops.append((1, t, self.range(-80, 80), self.range(40, 160), self.range(-80, 80)))
+        return ops
+
     def next_input(self, world: World) -> list:
-        k = self.n % 2000
+        n = self.n
         self.n += 1
+        if n >= 10000:
+            return self.lively(n - 10000, world)
+        k = n % 2000
         if k >= 300:
             return []
         ops = []
