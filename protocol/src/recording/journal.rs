@@ -21,7 +21,7 @@ use crate::ostm::{start_world, Header, FLAG_HASHES, MAX_HEADER_BYTES, MAX_STEPS}
 use crate::world::World;
 use crate::Op;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// The in-progress file's magic.
@@ -194,6 +194,19 @@ impl Records {
 
     fn next(&mut self, step: u64) -> io::Result<Next> {
         let at = self.offset;
+        // The common case: the whole record is in the buffer.
+        let buf = self.r.fill_buf()?;
+        if let Some(&[a, b]) = buf.get(..2) {
+            let n = u16::from_le_bytes([a, b]) as usize;
+            if let Some(hash) = buf.get(2 + n..2 + n + 8) {
+                let hash = u64::from_le_bytes(hash.try_into().unwrap_or([0; 8]));
+                self.input.clear();
+                self.input.extend_from_slice(&buf[2..2 + n]);
+                self.r.consume(2 + n + 8);
+                self.offset += (2 + n + 8) as u64;
+                return Ok(Next::Record { at, hash });
+            }
+        }
         let mut len = [0u8; 2];
         match self.fill(&mut len)? {
             0 => return Ok(Next::End),
