@@ -163,9 +163,13 @@ pub struct Args {
     /// Test only: at step STEP, add 1 to body BODY's velocity.y with no record saying so.
     #[arg(long, hide = true, value_parser = parse_perturb)]
     pub perturb: Option<(u64, u8)>,
-    /// Benchmark only: write `step unix-nanoseconds` lines for every 64th step to FILE.
+    /// Benchmark only: write `step unix-nanoseconds` lines for every --stamp-every'th step
+    /// to FILE.
     #[arg(long, hide = true)]
     pub stamps: Option<PathBuf>,
+    /// Benchmark only: steps between two lines of --stamps.
+    #[arg(long, hide = true, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub stamp_every: u64,
     /// Test only, a planted fault: give every viewer's queue no practical bound (so a
     /// viewer that never reads is never resynced and its queue grows with every step).
     /// The memory test shows its measurement catches this.
@@ -447,6 +451,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         durability: args.recording.durability(),
         wait_for_viewers: args.wait_for_viewers,
         stamps: args.stamps.clone(),
+        stamp_every: args.stamp_every,
     };
     let cancel = CancellationToken::new();
     let nats_stop = CancellationToken::new();

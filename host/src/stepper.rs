@@ -29,12 +29,11 @@ pub struct Plan {
     /// Take no step until this many viewers have attached (0: start at once).
     pub wait_for_viewers: u64,
     /// Benchmark only: append `step unix-nanoseconds` for every step whose resulting world
-    /// step is a multiple of [`STAMP_EVERY`], taken just before the step is published.
+    /// step is a multiple of `stamp_every`, taken just before the step is published.
     pub stamps: Option<PathBuf>,
+    /// Steps between two timestamps written for `stamps` (at least 1).
+    pub stamp_every: u64,
 }
-
-/// Steps between two timestamps written for `--stamps`.
-pub const STAMP_EVERY: u64 = 64;
 
 /// Longest single sleep, so a stop request is seen quickly even at a slow rate.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
@@ -196,7 +195,10 @@ pub fn run(
                 )
             }
         };
-        if let Some(out) = stamps.as_mut().filter(|_| world.step % STAMP_EVERY == 0) {
+        if let Some(out) = stamps
+            .as_mut()
+            .filter(|_| world.step % plan.stamp_every.max(1) == 0)
+        {
             use std::io::Write;
             let ns = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -1,0 +1,110 @@
+//! One real `ostm-viewer attach` process's CPU time per verified step, beside offline
+//! `ostm-viewer verify`'s CPU time per step on the same steps (issue 10's goal of live
+//! verification at the offline pace). The host runs `--rate max --steps N
+//! --wait-for-viewers 1 --record FILE`: the viewer attaches at step 0, and the host's own
+//! recording holds exactly the steps it streamed, which `verify` then checks. Both CPU
+//! times come from wait4(2) (user + system, every thread), so the host's share of the
+//! cores does not count.
+
+use crate::cpu;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+fn json_last_line(text: &str) -> serde_json::Value {
+    text.lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+pub fn run(host: &Path, viewer: &Path, steps: u64, runs: usize, dir: &Path) {
+    println!("one `ostm-viewer attach` process beside offline `ostm-viewer verify` on the same {steps} steps (host --rate max --wait-for-viewers 1)");
+    println!();
+    println!("| run | attach: steps verified | resyncs | attach CPU (s) | attach CPU per verified step (µs) | attach steps/s (wall) | verify CPU (s) | verify CPU per step (µs) | verify steps/s (wall) | attach / verify CPU per step |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for run in 1..=runs {
+        let rec = dir.join(format!("attach-bench-{}-{run}.ostm", std::process::id()));
+        let _ = std::fs::remove_file(&rec);
+        let mut h = match Command::new(host)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--rate",
+                "max",
+                "--status-ms",
+                "0",
+            ])
+            .args(["--steps", &steps.to_string(), "--wait-for-viewers", "1"])
+            .arg("--record")
+            .arg(&rec)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("cannot start {}: {e}", host.display());
+                return;
+            }
+        };
+        let mut lines = BufReader::new(h.stdout.take().expect("stdout")).lines();
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        let addr = first.rsplit(' ').next().unwrap_or_default().to_string();
+        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+        let started = Instant::now();
+        let mut v = match Command::new(viewer)
+            .args(["attach", &addr, "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("cannot start {}: {e}", viewer.display());
+                let _ = h.kill();
+                return;
+            }
+        };
+        let mut text = String::new();
+        let _ = v.stdout.take().expect("stdout").read_to_string(&mut text);
+        let (_, attach_cpu) = cpu::wait_cpu(&mut v);
+        let attach_wall = started.elapsed().as_secs_f64();
+        let _ = h.wait();
+        let end = json_last_line(&text);
+        let verified = end["verified"].as_u64().unwrap_or(0);
+        let resyncs = end["resyncs"].as_u64().unwrap_or(0);
+        let started = Instant::now();
+        let mut o = match Command::new(viewer)
+            .arg("verify")
+            .arg(&rec)
+            .arg("--json")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("cannot start {}: {e}", viewer.display());
+                return;
+            }
+        };
+        let mut out = String::new();
+        let _ = o.stdout.take().expect("stdout").read_to_string(&mut out);
+        let (_, verify_cpu) = cpu::wait_cpu(&mut o);
+        let verify_wall = started.elapsed().as_secs_f64();
+        let _ = std::fs::remove_file(&rec);
+        let per = |c: std::time::Duration, n: u64| c.as_secs_f64() * 1e6 / n.max(1) as f64;
+        let (a, b) = (per(attach_cpu, verified), per(verify_cpu, steps));
+        println!(
+            "| {run} | {verified} | {resyncs} | {:.2} | {a:.3} | {:.0} | {:.2} | {b:.3} | {:.0} | {:.2} |",
+            attach_cpu.as_secs_f64(),
+            verified as f64 / attach_wall,
+            verify_cpu.as_secs_f64(),
+            steps as f64 / verify_wall,
+            a / b,
+        );
+    }
+}

@@ -1,0 +1,533 @@
+//! `ostm-bench-live`: the live stream's benchmark (run by `scripts/bench-live` and
+//! `scripts/bench-fanout`; docs/performance.md gives its tables).
+//!
+//! For each rate and viewer count it runs, one after the other on the same machine:
+//! - **plain**: the baseline, a plain loop writing the host's record bytes to the same
+//!   number of loopback sockets ([`plain`]);
+//! - **tcp**: the real `ostm-host serve` on 127.0.0.1 port 0 with that many in-process
+//!   viewers ([`readers`]: each verifies every record it receives, as `ostm-viewer` does);
+//! - **nats** (with `--nats URL`): the same host publishing to that NATS server, and the
+//!   same number of in-process viewers reading the session through it.
+//!
+//! Each case measures a fixed window once every viewer has attached: the host's and the
+//! viewers' CPU time (from /proc and getrusage, so the other's share of the cores does not
+//! blur it), steps and verified steps per second, p50/p99 latency from the host's step (its
+//! hidden `--stamps` file) to a viewer's verdict on it (same machine, same clock), resyncs,
+//! the host's memory per viewer, and the machine's other load.
+//!
+//! With `--attach-steps N` it then measures one real `ostm-viewer attach` process's CPU
+//! time per verified step beside offline `ostm-viewer verify`'s on the same steps ([`attach`]).
+
+mod attach;
+mod cpu;
+mod plain;
+mod readers;
+
+use readers::Verifier;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const USAGE: &str = "usage: ostm-bench-live [--host PATH] [--viewer PATH] [--viewers 1,10,100,1000]
+       [--rate 60,max] [--seconds 5] [--transport tcp[,nats]] [--nats URL] [--nats-pid PID]
+       [--attach-steps 2000000] [--attach-runs 2] [--out DIR]
+       ostm-bench-live plain-host --viewers N --rate R|max --stamps FILE --stamp-every K
+
+Examples:
+  ostm-bench-live --host target/release/ostm-host --rate 60 --viewers 1000 --seconds 10
+  ostm-bench-live --transport tcp,nats --nats nats://127.0.0.1:4222 --attach-steps 0";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Plain,
+    Tcp,
+    Nats,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Plain => "plain loop (baseline)",
+            Transport::Tcp => "tcp",
+            Transport::Nats => "nats",
+        }
+    }
+}
+
+struct Args {
+    host: PathBuf,
+    viewer: PathBuf,
+    viewers: Vec<usize>,
+    rates: Vec<Option<u32>>,
+    window: Duration,
+    transports: Vec<Transport>,
+    nats: Option<String>,
+    nats_pid: Option<u32>,
+    attach_steps: u64,
+    attach_runs: usize,
+    out: PathBuf,
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("ostm-bench-live: {msg}\n{USAGE}");
+    std::process::exit(2);
+}
+
+fn parse_rate(s: &str) -> Option<u32> {
+    if s == "max" {
+        return None;
+    }
+    match s.parse::<u32>() {
+        Ok(n) if n > 0 => Some(n),
+        _ => fail(&format!(
+            "--rate: expected steps per second or `max`, found `{s}`"
+        )),
+    }
+}
+
+fn parse_list<T>(k: &str, v: &str, f: impl Fn(&str) -> Option<T>) -> Vec<T> {
+    let out: Vec<T> = v
+        .split(',')
+        .map(|x| f(x.trim()))
+        .collect::<Option<_>>()
+        .unwrap_or_default();
+    if out.is_empty() {
+        fail(&format!("{k}: cannot read `{v}`"));
+    }
+    out
+}
+
+fn parse() -> Args {
+    let mut a = Args {
+        host: PathBuf::from("target/release/ostm-host"),
+        viewer: PathBuf::from("target/release/ostm-viewer"),
+        viewers: vec![1, 10, 100, 1000],
+        rates: vec![Some(60), None],
+        window: Duration::from_secs(5),
+        transports: vec![Transport::Tcp],
+        nats: None,
+        nats_pid: None,
+        attach_steps: 2_000_000,
+        attach_runs: 2,
+        out: std::env::temp_dir(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        if k == "--help" || k == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let Some(v) = it.next() else {
+            fail(&format!("{k} needs a value"))
+        };
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .unwrap_or_else(|_| fail(&format!("{k}: expected a number, found `{v}`")))
+        };
+        match k.as_str() {
+            "--host" => a.host = PathBuf::from(v),
+            "--viewer" => a.viewer = PathBuf::from(v),
+            "--viewers" => a.viewers = parse_list(&k, &v, |x| x.parse().ok().filter(|&n| n > 0)),
+            "--rate" => a.rates = parse_list(&k, &v, |x| Some(parse_rate(x))),
+            "--seconds" => a.window = Duration::from_secs(num(&v).max(1)),
+            "--transport" => {
+                a.transports = parse_list(&k, &v, |x| match x {
+                    "tcp" => Some(Transport::Tcp),
+                    "nats" => Some(Transport::Nats),
+                    _ => None,
+                })
+            }
+            "--nats" => a.nats = Some(v),
+            "--nats-pid" => a.nats_pid = Some(num(&v) as u32),
+            "--attach-steps" => a.attach_steps = num(&v),
+            "--attach-runs" => a.attach_runs = num(&v).max(1) as usize,
+            "--out" => a.out = PathBuf::from(v),
+            _ => fail(&format!("unknown option {k}")),
+        }
+    }
+    if a.transports.contains(&Transport::Nats) && a.nats.is_none() {
+        fail("--transport nats needs --nats URL");
+    }
+    a
+}
+
+/// Steps between two stamps: every step at a set rate up to 1 000/s, else every 64th.
+fn stamp_every(rate: Option<u32>) -> u64 {
+    match rate {
+        Some(r) if r <= 1000 => 1,
+        _ => 64,
+    }
+}
+
+fn rate_arg(rate: Option<u32>) -> String {
+    rate.map_or_else(|| "max".to_string(), |r| r.to_string())
+}
+
+/// One case's figures.
+struct Row {
+    transport: Transport,
+    viewers: usize,
+    host_steps_per_s: f64,
+    verified_per_viewer_per_s: f64,
+    host_cpu_per_step_us: f64,
+    host_cpu_per_record_us: f64,
+    viewers_cpu_per_record_us: f64,
+    nats_cpu_per_record_us: Option<f64>,
+    p50_us: f64,
+    p99_us: f64,
+    resyncs: u64,
+    memory_per_viewer_kib: f64,
+    other_load_cores: f64,
+    failed: usize,
+}
+
+/// A started server: the process and the address it printed first.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+fn start_server(
+    args: &Args,
+    t: Transport,
+    rate: Option<u32>,
+    n: usize,
+    stamps: &Path,
+    session: &str,
+) -> Server {
+    let every = stamp_every(rate).to_string();
+    let mut cmd = match t {
+        Transport::Plain => {
+            let mut c = Command::new(std::env::current_exe().expect("this program"));
+            c.arg("plain-host").args(["--viewers", &n.to_string()]);
+            c
+        }
+        Transport::Tcp | Transport::Nats => {
+            let mut c = Command::new(&args.host);
+            c.args(["serve", "--listen", "127.0.0.1:0", "--status-ms", "0"])
+                .args(["--max-viewers", &(n + 16).to_string()])
+                .args(["--max-waiting", "4096", "--max-waiting-per-address", "4096"]);
+            if t == Transport::Nats {
+                let url = args.nats.as_deref().unwrap_or_default();
+                c.args(["--publish", url, "--session", session]);
+            }
+            c
+        }
+    };
+    cmd.args(["--rate", &rate_arg(rate)])
+        .arg("--stamps")
+        .arg(stamps)
+        .args(["--stamp-every", &every])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| fail(&format!("cannot start the server: {e}")));
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    let addr = first.rsplit(' ').next().unwrap_or_default().to_string();
+    // Keep reading what it prints, so that it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    Server { child, addr }
+}
+
+fn stop_server(mut s: Server, t: Transport) {
+    let pid = s.child.id().to_string();
+    let sig = if t == Transport::Plain {
+        "-KILL"
+    } else {
+        "-INT"
+    };
+    let _ = Command::new("kill").args([sig, &pid]).status();
+    for _ in 0..200 {
+        if matches!(s.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+}
+
+fn read_stamps(path: &Path) -> std::collections::BTreeMap<u64, u128> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_once(' ')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+/// What is measured at the start and the end of the window.
+struct Mark {
+    at: Instant,
+    ns: u128,
+    host: Duration,
+    viewers: Duration,
+    nats: Duration,
+    machine_busy: u64,
+    verified: u64,
+    resyncs: u64,
+}
+
+fn mark(pid: u32, nats_pid: Option<u32>, counts: &[Arc<readers::Counts>]) -> Mark {
+    Mark {
+        at: Instant::now(),
+        ns: readers::now_ns(),
+        host: cpu::proc_cpu(pid),
+        viewers: cpu::self_cpu(),
+        nats: nats_pid.map_or(Duration::ZERO, cpu::proc_cpu),
+        machine_busy: cpu::machine_ticks().0,
+        verified: counts
+            .iter()
+            .map(|c| c.verified.load(Ordering::Relaxed))
+            .sum(),
+        resyncs: counts
+            .iter()
+            .map(|c| c.resyncs.load(Ordering::Relaxed))
+            .sum(),
+    }
+}
+
+fn run_case(
+    args: &Args,
+    rt: &tokio::runtime::Runtime,
+    t: Transport,
+    rate: Option<u32>,
+    n: usize,
+    case: usize,
+) -> Row {
+    let stamps = args.out.join(format!("stamps-{case}.txt"));
+    let session = format!("bench{}x{case}", std::process::id());
+    let server = start_server(args, t, rate, n, &stamps, &session);
+    let pid = server.child.id();
+    std::thread::sleep(Duration::from_millis(300));
+    let rss_before = cpu::rss_kib(pid);
+    let attached = Arc::new(AtomicUsize::new(0));
+    let stop = CancellationToken::new();
+    let every = stamp_every(rate);
+    let mut counts = Vec::with_capacity(n);
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let v = Verifier::new(every);
+            counts.push(v.counts.clone());
+            let (attached, stop) = (attached.clone(), stop.clone());
+            match t {
+                Transport::Plain | Transport::Tcp => {
+                    rt.spawn(readers::tcp(server.addr.clone(), v, attached, stop))
+                }
+                Transport::Nats => rt.spawn(readers::nats(
+                    args.nats.clone().unwrap_or_default(),
+                    session.clone(),
+                    v,
+                    attached,
+                    stop,
+                )),
+            }
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while attached.load(Ordering::Relaxed) < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let a = mark(pid, args.nats_pid, &counts);
+    std::thread::sleep(args.window);
+    let b = mark(pid, args.nats_pid, &counts);
+    let rss_during = cpu::rss_kib(pid);
+    stop.cancel();
+    let results: Vec<Result<Verifier, String>> = rt.block_on(async {
+        let mut out = Vec::new();
+        for task in tasks {
+            out.push(task.await.unwrap_or_else(|e| Err(e.to_string())));
+        }
+        out
+    });
+    stop_server(server, t);
+    let host_ns = read_stamps(&stamps);
+    let _ = std::fs::remove_file(&stamps);
+    let secs = b.at.duration_since(a.at).as_secs_f64();
+    // The host's rate over the window, from its first and last stamps inside it.
+    let inside: Vec<(&u64, &u128)> = host_ns
+        .iter()
+        .filter(|(_, &ns)| ns >= a.ns && ns <= b.ns)
+        .collect();
+    let host_steps_per_s = match (inside.first(), inside.last()) {
+        (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => {
+            (**s1 - **s0) as f64 / ((**t1 - **t0) as f64 / 1e9)
+        }
+        _ => 0.0,
+    };
+    let host_steps = host_steps_per_s * secs;
+    let mut lat_us = Vec::new();
+    let mut failed = n.saturating_sub(attached.load(Ordering::Relaxed));
+    for r in &results {
+        match r {
+            Ok(v) => {
+                for (step, at) in &v.verdicts {
+                    if *at < a.ns || *at > b.ns {
+                        continue;
+                    }
+                    if let Some(h) = host_ns.get(step) {
+                        lat_us.push((*at as f64 - *h as f64) / 1000.0);
+                    }
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("{} viewer failed: {e}", t.name());
+            }
+        }
+    }
+    lat_us.sort_by(f64::total_cmp);
+    let records = b.verified.saturating_sub(a.verified) as f64;
+    let us = |d: Duration, per: f64| {
+        if per > 0.0 {
+            d.as_secs_f64() * 1e6 / per
+        } else {
+            f64::NAN
+        }
+    };
+    let host_cpu = b.host.saturating_sub(a.host);
+    let ours = host_cpu + b.viewers.saturating_sub(a.viewers) + b.nats.saturating_sub(a.nats);
+    let busy =
+        b.machine_busy.saturating_sub(a.machine_busy) as f64 / cpu::ticks_per_second() as f64;
+    Row {
+        transport: t,
+        viewers: n,
+        host_steps_per_s,
+        verified_per_viewer_per_s: records / n as f64 / secs,
+        host_cpu_per_step_us: us(host_cpu, host_steps),
+        host_cpu_per_record_us: us(host_cpu, records),
+        viewers_cpu_per_record_us: us(b.viewers.saturating_sub(a.viewers), records),
+        nats_cpu_per_record_us: (t == Transport::Nats && args.nats_pid.is_some())
+            .then(|| us(b.nats.saturating_sub(a.nats), records)),
+        p50_us: percentile(&lat_us, 0.5),
+        p99_us: percentile(&lat_us, 0.99),
+        resyncs: b.resyncs.saturating_sub(a.resyncs),
+        memory_per_viewer_kib: rss_during.saturating_sub(rss_before) as f64 / n as f64,
+        other_load_cores: ((busy - ours.as_secs_f64()) / secs).max(0.0),
+        failed,
+    }
+}
+
+fn f(x: f64, digits: usize) -> String {
+    if x.is_nan() {
+        "-".into()
+    } else {
+        format!("{x:.digits$}")
+    }
+}
+
+fn print_row(r: &Row, plain: Option<&Row>) {
+    let ratio = match (r.transport, plain) {
+        (Transport::Plain, _) => "1".to_string(),
+        (_, Some(p)) => f(r.host_cpu_per_record_us / p.host_cpu_per_record_us, 2),
+        _ => "-".into(),
+    };
+    let mem = if r.transport == Transport::Nats {
+        "-".to_string()
+    } else {
+        f(r.memory_per_viewer_kib, 1)
+    };
+    println!(
+        "| {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {mem} | {} | {} |",
+        r.transport.name(),
+        r.viewers,
+        f(r.host_steps_per_s, 0),
+        f(r.verified_per_viewer_per_s, 0),
+        f(r.host_cpu_per_step_us, 1),
+        f(r.host_cpu_per_record_us, 2),
+        f(r.viewers_cpu_per_record_us, 2),
+        r.nats_cpu_per_record_us.map_or("-".into(), |x| f(x, 2)),
+        f(r.p50_us, 0),
+        f(r.p99_us, 0),
+        r.resyncs,
+        f(r.other_load_cores, 2),
+        r.failed,
+    );
+}
+
+fn main() {
+    let mut raw = std::env::args().skip(1);
+    if raw.next().as_deref() == Some("plain-host") {
+        return plain_host(raw.collect());
+    }
+    let args = parse();
+    let most = args.viewers.iter().copied().max().unwrap_or(1) as u64;
+    // The viewers' sockets here, the host's there (children inherit the limit), and room.
+    match cpu::raise_fd_limit(most + 256) {
+        Ok(n) => println!("open-file limit: {n}"),
+        Err(e) => fail(&e),
+    }
+    println!("load average before: {}", cpu::loadavg());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut case = 0;
+    for &rate in &args.rates {
+        println!();
+        println!(
+            "host --rate {}, {} s per case",
+            rate_arg(rate),
+            args.window.as_secs()
+        );
+        println!();
+        println!("| transport | viewers | host steps/s | verified steps/s per viewer | host CPU per step (µs) | host CPU per delivered record (µs) | × plain loop | viewers' CPU per verified step (µs) | nats-server CPU per delivered record (µs) | p50 latency (µs) | p99 latency (µs) | resyncs | host memory per viewer (KiB) | other load (cores) | failed |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for &n in &args.viewers {
+            case += 1;
+            let plain = run_case(&args, &rt, Transport::Plain, rate, n, case);
+            print_row(&plain, None);
+            for &t in &args.transports {
+                case += 1;
+                let r = run_case(&args, &rt, t, rate, n, case);
+                print_row(&r, Some(&plain));
+            }
+        }
+    }
+    println!();
+    println!("load average after: {}", cpu::loadavg());
+    if args.attach_steps > 0 {
+        println!();
+        attach::run(
+            &args.host,
+            &args.viewer,
+            args.attach_steps,
+            args.attach_runs,
+            &args.out,
+        );
+    }
+}
+
+/// `plain-host --viewers N --rate R|max --stamps FILE --stamp-every K`.
+fn plain_host(rest: Vec<String>) {
+    let (mut viewers, mut rate, mut stamps, mut every) = (1, None, PathBuf::from("stamps.txt"), 64);
+    let mut it = rest.into_iter();
+    while let Some(k) = it.next() {
+        let v = it.next().unwrap_or_default();
+        match k.as_str() {
+            "--viewers" => viewers = v.parse().unwrap_or(1),
+            "--rate" => rate = parse_rate(&v),
+            "--stamps" => stamps = PathBuf::from(v),
+            "--stamp-every" => every = v.parse().unwrap_or(64),
+            _ => fail(&format!("plain-host: unknown option {k}")),
+        }
+    }
+    plain::main(viewers, rate, &stamps, every);
+}

@@ -1,0 +1,249 @@
+//! In-process viewers: each verifies every record it receives (decode the frame, run the
+//! step, hash the world, compare with the host's hash), as `ostm-viewer` does, and notes
+//! the wall-clock time at which it verified each stamped step. Over TCP they speak
+//! docs/protocol.md to the host; through NATS they read the session as docs/fan-out.md
+//! says (the latest keyframe, then an ordered consumer from its stream sequence).
+
+use bytes::BytesMut;
+use futures::{SinkExt, StreamExt};
+use ostm_protocol::op::for_each_op;
+use ostm_protocol::wire::{
+    Hello, PeerRole, Record, SnapshotKind, ToHost, ToViewer, ViewerCodec, WireError, VERSION,
+};
+use ostm_protocol::{Op, World};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::net::TcpStream;
+use tokio_util::codec::{Decoder, Framed};
+use tokio_util::sync::CancellationToken;
+
+pub fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// What one viewer has done so far, read by the bench while it runs.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub verified: AtomicU64,
+    pub resyncs: AtomicU64,
+}
+
+/// One viewer's verifier: its world, and the times it verified stamped steps.
+pub struct Verifier {
+    world: Option<World>,
+    ops: Vec<Op>,
+    every: u64,
+    /// (world step, unix ns when verified), for steps that are multiples of `every`.
+    pub verdicts: Vec<(u64, u128)>,
+    pub counts: Arc<Counts>,
+}
+
+impl Verifier {
+    pub fn new(every: u64) -> Verifier {
+        Verifier {
+            world: None,
+            ops: Vec::new(),
+            every: every.max(1),
+            verdicts: Vec::new(),
+            counts: Arc::new(Counts::default()),
+        }
+    }
+
+    /// The step the next record must have, once attached.
+    fn next(&self) -> Option<u64> {
+        self.world.as_ref().map(|w| w.step)
+    }
+
+    fn snapshot(&mut self, world: World, resync: bool) {
+        if resync {
+            self.counts.resyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        self.world = Some(world);
+    }
+
+    fn record(&mut self, r: &Record) -> Result<(), String> {
+        let Some(w) = self.world.as_mut() else {
+            return Err("a record before the snapshot".into());
+        };
+        if w.step != r.step {
+            return Err(format!("record {} for the world at {}", r.step, w.step));
+        }
+        self.ops.clear();
+        let ops = &mut self.ops;
+        for_each_op("record", &r.input, 0, |op| ops.push(op)).map_err(|e| e.to_string())?;
+        w.step(ops);
+        if w.hash() != r.hash {
+            return Err(format!("drift at step {}", w.step));
+        }
+        self.counts.verified.fetch_add(1, Ordering::Relaxed);
+        if w.step % self.every == 0 {
+            self.verdicts.push((w.step, now_ns()));
+        }
+        Ok(())
+    }
+}
+
+/// A viewer over TCP until `stop`: hello, then every record verified, a heartbeat a second.
+pub async fn tcp(
+    addr: String,
+    mut v: Verifier,
+    attached: Arc<AtomicUsize>,
+    stop: CancellationToken,
+) -> Result<Verifier, String> {
+    let stream = TcpStream::connect(&addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut conn = Framed::new(stream, ViewerCodec::new(addr));
+    let hello = Hello {
+        version: VERSION,
+        role: PeerRole::Viewer as u8,
+        token: Vec::new(),
+    };
+    conn.send(ToHost::Hello(hello))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut beat = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let msg = tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = beat.tick() => {
+                let viewer_step = v.next().unwrap_or(0);
+                let _ = conn.send(ToHost::Heartbeat { viewer_step }).await;
+                continue;
+            }
+            m = conn.next() => match m {
+                None => break,
+                Some(Err(e)) => return Err(e.to_string()),
+                Some(Ok(m)) => m,
+            },
+        };
+        match msg {
+            ToViewer::Snapshot { kind, world } => {
+                if kind == SnapshotKind::Attach {
+                    attached.fetch_add(1, Ordering::Relaxed);
+                }
+                v.snapshot(world, kind == SnapshotKind::Resync);
+            }
+            ToViewer::Record(r) => v.record(&r)?,
+            ToViewer::End(_) => break,
+            _ => {}
+        }
+    }
+    Ok(v)
+}
+
+/// Decodes every frame of a NATS message's payload.
+fn frames(payload: &[u8]) -> Result<Vec<ToViewer>, String> {
+    let mut src = BytesMut::from(payload);
+    let mut codec = ViewerCodec::new("nats message");
+    let mut out = Vec::new();
+    loop {
+        match codec.decode_eof(&mut src) {
+            Ok(Some(m)) => out.push(m),
+            Ok(None) => return Ok(out),
+            Err(WireError::Format(e)) => return Err(e.to_string()),
+            Err(WireError::Io(e)) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Retries `f` every 100 ms for up to 30 s (the host creates the stream and publishes its
+/// first keyframe a moment after it starts).
+async fn retry<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> Result<T, String> {
+    let mut last = String::new();
+    for _ in 0..300 {
+        match f().await {
+            Ok(t) => return Ok(t),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("{what}: {last}"))
+}
+
+/// A viewer through NATS until `stop`: the session's latest keyframe, then every message
+/// of its stream from there in order; a record past the next step is a gap, closed by the
+/// next keyframe at or after it (counted as a resync), as `ostm-viewer` does.
+pub async fn nats(
+    url: String,
+    session: String,
+    mut v: Verifier,
+    attached: Arc<AtomicUsize>,
+    stop: CancellationToken,
+) -> Result<Verifier, String> {
+    use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
+    let client = retry("connect", || async_nats::connect(url.as_str())).await?;
+    let js = jetstream::new(client);
+    let stream_name = format!("OSTM_{session}");
+    let stream = retry("stream", || js.get_stream(stream_name.as_str())).await?;
+    let (keys, recs, end) = (
+        format!("ostm.{session}.key"),
+        format!("ostm.{session}.rec"),
+        format!("ostm.{session}.end"),
+    );
+    let key = retry("keyframe", || {
+        stream.direct_get_last_for_subject(keys.as_str())
+    })
+    .await?;
+    match frames(&key.payload)?.pop() {
+        Some(ToViewer::Snapshot { world, .. }) => v.snapshot(world, false),
+        _ => return Err("the keyframe is not a snapshot".into()),
+    }
+    let consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: format!("ostm.{session}.*"),
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: key.sequence + 1,
+            },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+    attached.fetch_add(1, Ordering::Relaxed);
+    let mut gap = false;
+    loop {
+        let msg = tokio::select! {
+            _ = stop.cancelled() => break,
+            m = messages.next() => match m {
+                None => break,
+                Some(Err(_)) => continue,
+                Some(Ok(m)) => m,
+            },
+        };
+        let subject = msg.subject.as_str();
+        if subject == recs {
+            for m in frames(&msg.payload)? {
+                let ToViewer::Record(r) = m else {
+                    return Err(format!("{subject}: not a record"));
+                };
+                let next = v.next().unwrap_or(0);
+                if gap || r.step < next {
+                    continue;
+                }
+                if r.step > next {
+                    gap = true;
+                    continue;
+                }
+                v.record(&r)?;
+            }
+        } else if subject == keys {
+            if let Some(ToViewer::Snapshot { world, .. }) = frames(&msg.payload)?.pop() {
+                if gap && Some(world.step) >= v.next() {
+                    gap = false;
+                    v.snapshot(world, true);
+                }
+            }
+        } else if subject == end {
+            break;
+        }
+    }
+    Ok(v)
+}
