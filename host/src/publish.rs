@@ -52,8 +52,11 @@ impl Names {
     pub fn drift(&self) -> String {
         format!("ostm.{}.drift", self.session)
     }
-    pub fn all(&self) -> String {
-        format!("ostm.{}.*", self.session)
+    /// The subjects the stream stores: records, keyframes and the end, not drift requests
+    /// (a stream storing those would answer each with its acknowledgement before the host
+    /// could).
+    pub fn stored(&self) -> Vec<String> {
+        vec![self.records(), self.keyframes(), self.end()]
     }
 }
 
@@ -213,7 +216,7 @@ async fn run(
     loop {
         let cfg = stream::Config {
             name: names.stream(),
-            subjects: vec![names.all()],
+            subjects: names.stored(),
             max_age: opts.max_age,
             max_bytes: opts.max_bytes,
             discard: stream::DiscardPolicy::Old,
@@ -222,8 +225,24 @@ async fn run(
             allow_direct: true,
             ..Default::default()
         };
+        let subjects = cfg.subjects.clone();
         match js.get_or_create_stream(cfg).await {
-            Ok(_) => break,
+            Ok(s) => {
+                // A stream made by an older host stored `ostm.NAME.*`, drift requests too:
+                // it keeps its settings and gets the subjects of docs/fan-out.md.
+                let mut have = s.cached_info().config.clone();
+                if have.subjects != subjects {
+                    info!(stream = %names.stream(), from = ?have.subjects, "setting the stream's subjects");
+                    have.subjects = subjects;
+                    if let Err(e) = js.update_stream(have).await {
+                        warn!(
+                            "cannot set the subjects of the NATS stream {}: {e}",
+                            names.stream()
+                        );
+                    }
+                }
+                break;
+            }
             Err(e) => {
                 warn!(
                     "cannot create the NATS stream {}: {e}; retrying",
@@ -403,8 +422,8 @@ async fn answer_drift(client: async_nats::Client, subject: String, hub: Arc<Hub>
         let mut src = BytesMut::from(&msg.payload[..]);
         let mut codec = HostCodec::new(format!("{subject} request"));
         let reply = match codec.decode_eof(&mut src) {
+            // The hub counts the request.
             Ok(Some(ToHost::DriftRequest { step })) if src.is_empty() => {
-                hub.counters.drift_requests.fetch_add(1, Ordering::Relaxed);
                 ToViewer::DriftReply(hub.drift(step))
             }
             _ => continue,

@@ -11,13 +11,8 @@ use std::path::Path;
 
 const STEP: u64 = 3000;
 
-/// A body alive at `STEP` in the embedded world, and its velocity.y there.
 fn planted() -> (usize, i32) {
-    let w = default_world_at(STEP);
-    let body = (5..w.bodies.len())
-        .find(|&i| w.bodies[i].alive)
-        .expect("a live body");
-    (body, w.bodies[body].vel[1])
+    live_support::planted(STEP)
 }
 
 /// A host on the embedded world at 1000 steps/s, perturbed at `STEP` when asked, that

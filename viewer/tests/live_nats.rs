@@ -329,3 +329,134 @@ fn a_viewer_on_another_node_of_a_cluster_verifies() {
     let (start, n) = check_recording(&rec, &default_rows(recording_end(&rec)));
     assert!(start > 0 && n == 600, "{start} {n}");
 }
+
+/// The step the drift tests plant a change at (the host's hidden `--perturb STEP:BODY`).
+const DRIFT_STEP: u64 = 3000;
+
+/// The host's hash at `DRIFT_STEP` when body `body`'s velocity.y there gained 1, and the
+/// viewer's (the unchanged world's), computed here.
+fn drift_hashes(body: usize) -> (String, String) {
+    let clean = default_world_at(DRIFT_STEP);
+    let mut changed = clean.clone();
+    changed.bodies[body].vel[1] += 1;
+    (
+        format!("{:016x}", changed.hash()),
+        format!("{:016x}", clean.hash()),
+    )
+}
+
+/// A NATS viewer that reads the session from its first keyframe (`--from-step 0`) and
+/// checks 5 000 steps: its last stdout line as JSON.
+fn check_from_start(nats: &Nats, session: &str) -> (i32, serde_json::Value, String) {
+    let addr = format!("{}/{session}", nats.url());
+    let out = viewer(&[
+        "check",
+        &addr,
+        "--from-step",
+        "0",
+        "--steps",
+        "5000",
+        "--json",
+        "--no-bundle",
+    ]);
+    let text = stdout(&out);
+    let last = json(text.lines().last().unwrap_or("null"));
+    (code(&out), last, format!("{text}{}", stderr(&out)))
+}
+
+/// While the host runs, a NATS viewer's drift request reaches it by request/reply: the
+/// report names the planted step, body and field, and the host's recomputed stage hashes
+/// say every stage agrees (the world was changed outside the step). The host counts the
+/// one request once.
+#[test]
+fn drift_through_nats_asks_the_running_host_and_reports_the_stages() {
+    let nats = Nats::start();
+    let (body, vy) = planted(DRIFT_STEP);
+    let perturb = format!("{DRIFT_STEP}:{body}");
+    // 40 000 steps at 1000/s, every world of the first 30 000 held: the request finds the
+    // host running and its snapshots at the drifting step however slow the machine is.
+    let mut host = publishing_host(
+        &nats,
+        "drift",
+        "1000",
+        &["--steps", "40000", "--ring", "30000", "--perturb", &perturb],
+    );
+    host.wait_status(|v| v["nats_published"].as_u64().unwrap_or(0) >= 100);
+    let (rc, v, text) = check_from_start(&nats, "drift");
+    assert_eq!(rc, 1, "drift exits 1: {text}");
+    assert_eq!(v["verdict"], "drift", "{v}");
+    let d = &v["drift"];
+    let (host_hash, viewer_hash) = drift_hashes(body);
+    assert_eq!(d["step"], DRIFT_STEP, "{d}");
+    assert_eq!(
+        (&d["host_hash"], &d["viewer_hash"]),
+        (&host_hash.into(), &viewer_hash.into()),
+        "{d}"
+    );
+    assert_eq!(d["body"], body, "{d}");
+    assert_eq!(d["field"], "velocity.y", "{d}");
+    assert_eq!(
+        (&d["host"], &d["viewer"]),
+        (&(vy as i64 + 1).into(), &(vy as i64).into()),
+        "{d}"
+    );
+    assert_eq!(d["every_stage_agrees"], true, "{d}");
+    assert_eq!(
+        d["stages"], "every stage agrees: the host's world was changed outside the step",
+        "{d}"
+    );
+    host.interrupt();
+    let (_, last, _) = host.wait();
+    let end = json(&last);
+    assert_eq!(end["drift_requests"], 1, "one request, counted once: {end}");
+}
+
+/// Once the host has gone, the stream still holds its steps: a viewer reading them later
+/// finds the drift, gets no answer to its request, and the report says so and gives both
+/// hashes (no field, no stages).
+#[test]
+fn drift_through_nats_after_the_host_has_gone_says_so_and_gives_both_hashes() {
+    let nats = Nats::start();
+    let (body, _) = planted(DRIFT_STEP);
+    let perturb = format!("{DRIFT_STEP}:{body}");
+    let host = publishing_host(
+        &nats,
+        "gone",
+        "max",
+        &["--steps", "6000", "--perturb", &perturb],
+    );
+    let (status, last, _) = host.wait();
+    assert!(status.success(), "the host ran its steps: {last}");
+    let end = json(&last);
+    assert_eq!(
+        end["nats_published"], 6000,
+        "every step is on the stream: {end}"
+    );
+    let (rc, v, text) = check_from_start(&nats, "gone");
+    assert_eq!(rc, 1, "drift exits 1: {text}");
+    assert_eq!(v["verdict"], "drift", "{v}");
+    let d = &v["drift"];
+    let (host_hash, viewer_hash) = drift_hashes(body);
+    assert_eq!(d["step"], DRIFT_STEP, "{d}");
+    assert_eq!(
+        (&d["host_hash"], &d["viewer_hash"]),
+        (&host_hash.clone().into(), &viewer_hash.clone().into()),
+        "{d}"
+    );
+    assert_eq!(
+        d["summary"],
+        format!("drift at step {DRIFT_STEP}: host hash {host_hash}, viewer hash {viewer_hash}"),
+        "{d}"
+    );
+    assert_eq!(d["field"], serde_json::Value::Null, "{d}");
+    assert_eq!(d["every_stage_agrees"], false, "{d}");
+    assert_eq!(
+        d["note"], "the host has closed the connection; it cannot be asked any more",
+        "the report says the host is not there to ask: {d}"
+    );
+    assert_eq!(
+        d["stages"],
+        "stages unknown: the host could not recompute the step (its snapshot before it is no longer held)",
+        "{d}"
+    );
+}

@@ -198,6 +198,16 @@ pub fn default_world_at(n: u64) -> World {
     default_run(n, |_| {})
 }
 
+/// A body alive at `step` in the embedded world, and its velocity.y there: the body the
+/// hidden `--perturb STEP:BODY` flag is given in the drift tests.
+pub fn planted(step: u64) -> (usize, i32) {
+    let w = default_world_at(step);
+    let body = (5..w.bodies.len())
+        .find(|&i| w.bodies[i].alive)
+        .expect("a live body");
+    (body, w.bodies[body].vel[1])
+}
+
 /// Runs the embedded default world from the scenario to step `n`, showing `each` the
 /// world at every step `0..=n`.
 fn default_run(n: u64, mut each: impl FnMut(&World)) -> World {
