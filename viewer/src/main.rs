@@ -6,6 +6,7 @@ mod cmd;
 mod exit;
 mod live;
 mod render;
+mod tui;
 
 use clap::{Parser, Subcommand};
 use exit::Exit;

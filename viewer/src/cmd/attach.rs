@@ -30,6 +30,9 @@ use std::time::{Duration, Instant};
   ostm-viewer attach 10.0.0.5:7878 --token-file ~/.ostm-token --tls-ca ca.pem --tls-name sim
   # A linked world: the link line names the role; print both fields at steps 300 and 450
   ostm-viewer attach 127.0.0.1:7878 --fields-at 300,450 --until 450
+  # Watch the session in the terminal (also over SSH); q or Ctrl-C stops, on drift the
+  # report stays with the body marked until q; the lines and verdict follow
+  ostm-viewer attach 127.0.0.1:7878 --tui --record session.ostm
 
 Output: `attached to ADDR at step S (...)`, a `link: ...` line when the world has a link
 block, then a status line `host step H | verified N | lag L | R steps/s` (rewritten in
@@ -38,6 +41,10 @@ viewer's verified step; `| resyncs R` once there was one), `resync: ...` lines (
 one a second, counting the others; --json prints every resync), a `resyncs: R (...)`
 summary, `recorded FILE (...)` per file, and a last
 `ok: ...`, `stopped: ...`, drift report, or `error: ...` (on stderr).
+With --tui the session is drawn on the terminal (stderr) instead: the world, the status,
+a strip of recent steps (█ verified, ░ not seen, ▓ drift), the event lines, and on drift
+the report; once the terminal is restored the lines above follow (no status lines), with
+the same exit code.
 A recording continues in SESSION.1.ostm, SESSION.2.ostm, ... after each resync.
 On drift a failure bundle is written (docs/bundle-format.md): --bundle PATH, else beside
 the recording (SESSION.drift-STEP.ostmb), else drift-STEP.ostmb in the current directory;
@@ -94,6 +101,15 @@ pub struct Args {
     /// the viewer; on a machine busy with other work, a lower value verifies sooner.
     #[arg(long, value_name = "N", default_value_t = session::VERIFIER_NICENESS, value_parser = clap::value_parser!(i32).range(0..=19))]
     pub verifier_nice: i32,
+    /// Draw the session in the terminal instead of printing lines: the world (2D from the
+    /// side, 3D from above), the status, a strip of recent steps (verified, not seen,
+    /// drift) and, on drift, the report with the body marked until q. q or Ctrl-C stops;
+    /// the lines, the verdict and the exit code follow once the terminal is restored.
+    #[arg(long, conflicts_with = "json")]
+    pub tui: bool,
+    /// Test only: with --tui, panic once the first picture is drawn.
+    #[arg(long, hide = true, requires = "tui")]
+    pub tui_panic: bool,
     /// Test only: verify at most this many steps per second.
     #[arg(long, hide = true)]
     pub throttle: Option<u32>,
@@ -207,9 +223,9 @@ impl ResyncLines {
     }
 }
 
-/// The fields report at one step: `ostm-viewer fields`' own text or JSON, naming the
-/// host's address where that command names its file.
-fn print_fields(json: bool, addr: &str, world: &World, f: &Fields) {
+/// The fields report at one step: `ostm-viewer fields`' own text or JSON (one line),
+/// naming the host's address where that command names its file.
+fn fields_report(json: bool, addr: &str, world: &World, f: &Fields) -> String {
     if json {
         let mut obj = fields::to_json(addr, world, f);
         if let Some(o) = obj.as_object_mut() {
@@ -217,11 +233,9 @@ fn print_fields(json: bool, addr: &str, world: &World, f: &Fields) {
             o.insert("addr".into(), addr.into());
             o.insert("event".into(), "fields".into());
         }
-        out(&obj.to_string());
+        format!("{obj}\n")
     } else {
-        let mut o = std::io::stdout().lock();
-        let _ = write!(o, "{}", fields::to_text(addr, world, f));
-        let _ = o.flush();
+        fields::to_text(addr, world, f)
     }
 }
 
@@ -268,7 +282,6 @@ impl HostArgs {
     }
 }
 
-/// Runs `attach`.
 /// The session `attach` asks for (`watch` and `--tui` run the same one).
 ///
 /// # Errors
@@ -296,10 +309,15 @@ pub fn options(args: &mut Args) -> Result<Options, String> {
         fields: args.fields,
         fields_at: args.fields_at.iter().copied().collect(),
         frames: None,
+        interrupt: session::Interrupt::default(),
     })
 }
 
+/// Runs `attach` (with `--tui`, [`crate::tui::run`]).
 pub fn run(mut args: Args) -> Exit {
+    if args.tui {
+        return crate::tui::run(args);
+    }
     let opts = match options(&mut args) {
         Ok(o) => o,
         Err(e) => return crate::exit::fail(e),
@@ -317,7 +335,13 @@ pub struct Lines {
     terminal: bool,
     last_plain: Instant,
     resyncs: ResyncLines,
+    /// A view that draws the screen ([`Lines::for_view`]): it takes every line instead
+    /// of stdout, and shows the status itself.
+    view: Option<ViewSink>,
 }
+
+/// Where a view takes the lines.
+type ViewSink = Box<dyn FnMut(String) + Send>;
 
 impl Lines {
     pub fn new(args: &Args) -> Lines {
@@ -327,6 +351,38 @@ impl Lines {
             terminal: !args.json && std::io::stderr().is_terminal(),
             last_plain: Instant::now(),
             resyncs: ResyncLines::default(),
+            view: None,
+        }
+    }
+
+    /// The lines for a view that has the screen (`--tui`): each line goes to `to` (text,
+    /// never JSON), and no status line is made (the view draws the status).
+    pub fn for_view(args: &Args, to: impl FnMut(String) + Send + 'static) -> Lines {
+        Lines {
+            json: false,
+            terminal: false,
+            view: Some(Box::new(to)),
+            ..Lines::new(args)
+        }
+    }
+
+    /// Prints one line (or hands it to the view).
+    fn put(&mut self, line: &str) {
+        match &mut self.view {
+            Some(to) => to(line.to_string()),
+            None => out(line),
+        }
+    }
+
+    /// Prints text of whole lines as it is (or hands each line to the view).
+    fn put_text(&mut self, text: &str) {
+        match &mut self.view {
+            Some(to) => text.lines().for_each(|l| to(l.to_string())),
+            None => {
+                let mut o = std::io::stdout().lock();
+                let _ = write!(o, "{text}");
+                let _ = o.flush();
+            }
         }
     }
 
@@ -338,7 +394,7 @@ impl Lines {
                 let s = world.setup();
                 let link = world.link().map(|l| link_info(&l));
                 if json {
-                    out(&serde_json::json!({"event": "attached", "addr": self.addr, "step": world.step, "dims": s.dims as u8,
+                    self.put(&serde_json::json!({"event": "attached", "addr": self.addr, "step": world.step, "dims": s.dims as u8,
                         "slots": world.bodies.len(), "alive": world.alive_count(), "seed": s.seed, "host_rate": welcome.rate,
                         "link": link}).to_string());
                 } else {
@@ -347,9 +403,9 @@ impl Lines {
                     } else {
                         format!("{}/s", welcome.rate)
                     };
-                    out(&format!("attached to {} at step {} ({}D, seed {}, {} live bodies in {} slots; host rate {rate})", self.addr, world.step, s.dims as u8, s.seed, world.alive_count(), world.bodies.len()));
+                    self.put(&format!("attached to {} at step {} ({}D, seed {}, {} live bodies in {} slots; host rate {rate})", self.addr, world.step, s.dims as u8, s.seed, world.alive_count(), world.bodies.len()));
                     if let Some(l) = link {
-                        out(&format!("link: {}", l.describe()));
+                        self.put(&format!("link: {}", l.describe()));
                     }
                 }
             }
@@ -357,11 +413,12 @@ impl Lines {
                 if terminal {
                     eprint!("\r\x1b[2K");
                 }
-                print_fields(json, &self.addr, world, fields);
+                let text = fields_report(json, &self.addr, world, fields);
+                self.put_text(&text);
             }
             Event::Resync { from, to, file } => {
                 if json {
-                    out(&serde_json::json!({"event": "resync", "from": from, "to": to, "file": file.map(|f| f.display().to_string())}).to_string());
+                    self.put(&serde_json::json!({"event": "resync", "from": from, "to": to, "file": file.map(|f| f.display().to_string())}).to_string());
                 } else if let Some(line) =
                     self.resyncs
                         .note(Instant::now(), from, to, file.map(|f| f.as_path()))
@@ -369,7 +426,7 @@ impl Lines {
                     if terminal {
                         eprint!("\r\x1b[2K");
                     }
-                    out(&line);
+                    self.put(&line);
                 }
             }
             Event::Reconnected { gap, file } => {
@@ -377,26 +434,27 @@ impl Lines {
                     eprint!("\r\x1b[2K");
                 }
                 if json {
-                    out(&serde_json::json!({"event": "gap", "from": gap.from, "to": gap.to, "steps": gap.to.saturating_sub(gap.from), "why": gap.why, "file": file.map(|f| f.display().to_string())}).to_string());
+                    self.put(&serde_json::json!({"event": "gap", "from": gap.from, "to": gap.to, "steps": gap.to.saturating_sub(gap.from), "why": gap.why, "file": file.map(|f| f.display().to_string())}).to_string());
                 } else {
                     let cont = file
                         .map(|f| format!("; recording continues in {}", f.display()))
                         .unwrap_or_default();
-                    out(&format!(
+                    self.put(&format!(
                         "gap: {}; reconnected at step {} (steps {}..{} not seen){cont}",
                         gap.why, gap.to, gap.from, gap.to
                     ));
                 }
             }
+            Event::Status(_) if self.view.is_some() => {}
             Event::Status(s) => {
                 if terminal {
                     eprint!("\r\x1b[2K{}", status_line(&s));
                 } else if self.last_plain.elapsed() >= Duration::from_secs(1) {
                     self.last_plain = Instant::now();
                     if json {
-                        out(&status_json(&s).to_string());
+                        self.put(&status_json(&s).to_string());
                     } else {
-                        out(&status_line(&s));
+                        self.put(&status_line(&s));
                     }
                 }
             }

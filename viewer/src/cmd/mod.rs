@@ -18,14 +18,15 @@ pub mod trace;
 pub mod verify;
 
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `warn`); colours only
-/// when stderr is a terminal, so redirected logs hold no escape codes.
+/// when stderr is a terminal, so redirected logs hold no escape codes; held while the
+/// terminal view has the screen ([`crate::tui::logs`]).
 pub fn init_logging() {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(crate::tui::logs::Stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
 }

@@ -59,10 +59,27 @@ pub struct Shared {
     pub host_step: AtomicU64,
     /// The viewer's verified step, for its heartbeats.
     pub viewer_step: AtomicU64,
-    /// Ctrl-C or SIGTERM.
-    pub interrupted: AtomicBool,
+    /// Ctrl-C or SIGTERM, or a view asking to stop ([`Interrupt`]).
+    pub interrupted: Interrupt,
     /// Connections made so far (the current one's number).
     pub connection: AtomicU64,
+}
+
+/// Stops a session as Ctrl-C or SIGTERM does. A view sets it: a terminal in raw mode
+/// delivers Ctrl-C as a key, not as a signal. Clones share one flag.
+#[derive(Debug, Clone, Default)]
+pub struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    /// Asks the session to stop: it ends as interrupted ([`super::session::Stop::Interrupted`]).
+    pub fn interrupt(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a stop was asked for.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 /// The reader's thread and what the verifier uses to reach the host.
@@ -126,7 +143,7 @@ impl Network {
                     tokio::select! {
                         _ = read => {}
                         _ = ostm_protocol::signal::stop_signal() => {
-                            shared.interrupted.store(true, Ordering::SeqCst);
+                            shared.interrupted.interrupt();
                         }
                         _ = c.cancelled() => {}
                     }

@@ -5,6 +5,7 @@
 //! [`Item`]s (docs/protocol.md, "The viewer's reader and verifier").
 
 use super::drift::{on_drift, DriftReport, Evidence};
+pub use super::network::Interrupt;
 use super::network::{self, Dial, Network, Shared};
 use super::record::{Recording, Written};
 use super::spool::{Backlog, Item, Spool};
@@ -69,6 +70,8 @@ pub struct Options {
     pub fields_at: BTreeSet<u64>,
     /// A view of the world (terminal or web) asks for frames with this ([`Event::Frame`]).
     pub frames: Option<FrameRequest>,
+    /// Stops the session as Ctrl-C does (a view's quit key).
+    pub interrupt: Interrupt,
 }
 
 /// How a view of the world (the terminal view, the web page) takes frames from the
@@ -77,11 +80,8 @@ pub struct Options {
 /// [`Event::Frame`] and clears the request. The verifier never waits for a view: between
 /// two asks it only loads one flag per step, and the latest world wins.
 #[derive(Debug, Clone, Default)]
-// Its consumers (`watch`, `attach --tui`) are being built on it.
-#[allow(dead_code)]
 pub struct FrameRequest(Arc<AtomicBool>);
 
-#[allow(dead_code)]
 impl FrameRequest {
     /// Asks for the next world the verifier reaches (or holds, when it is idle).
     pub fn ask(&self) {
@@ -207,7 +207,6 @@ pub enum Event<'a> {
     /// The viewer's world, asked for with [`Options::frames`]: `verified` when its hash
     /// was reproduced by stepping, not when it is the host's snapshot (at the attach, a
     /// resync or a reconnection) and no step has been verified from it yet.
-    #[allow(dead_code)]
     Frame {
         world: &'a World,
         verified: bool,
@@ -302,7 +301,10 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         }
     }
     let spool = Arc::new(Spool::new(&spool_dir(opts.record.as_deref())));
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        interrupted: opts.interrupt.clone(),
+        ..Shared::default()
+    });
     let dial = Dial {
         addr: opts.addr.clone(),
         token: opts.token.clone(),
@@ -420,7 +422,7 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
 /// Waits for the first connection's attach snapshot.
 fn first_attach(spool: &Spool, shared: &Shared) -> Result<(Welcome, World), Stop> {
     loop {
-        if shared.interrupted.load(Ordering::SeqCst) {
+        if shared.interrupted.is_set() {
             return Err(Stop::Interrupted);
         }
         match spool.pop(STATUS_EVERY) {
@@ -432,7 +434,7 @@ fn first_attach(spool: &Spool, shared: &Shared) -> Result<(Welcome, World), Stop
                     "expected the host's snapshot first, found {other:?}"
                 )))
             }
-            Ok(None) if shared.interrupted.load(Ordering::SeqCst) => return Err(Stop::Interrupted),
+            Ok(None) if shared.interrupted.is_set() => return Err(Stop::Interrupted),
             Ok(None) => {}
         }
     }
@@ -475,7 +477,7 @@ fn verify_loop(
     let throttle_start = Instant::now();
     let mut clock_in = CLOCK_EVERY;
     loop {
-        if shared.interrupted.load(Ordering::SeqCst) {
+        if shared.interrupted.is_set() {
             return Stop::Interrupted;
         }
         if pending.is_empty() {
