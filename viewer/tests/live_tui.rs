@@ -175,20 +175,18 @@ fn strip_row(screen: &str) -> Option<&str> {
     rows.next()
 }
 
-const STEP: u64 = 3000;
-
-/// A body alive at `STEP` in the embedded world, and its velocity.y there.
-fn planted() -> (usize, i32) {
-    let w = default_world_at(STEP);
-    let body = (5..w.bodies.len())
-        .find(|&i| w.bodies[i].alive)
-        .expect("a live body");
-    (body, w.bodies[body].vel[1])
+/// attach's last line after a stop asked for (q, Ctrl-C).
+#[track_caller]
+fn assert_stopped(out: &str) {
+    let last = out.lines().last().unwrap_or_default();
+    assert!(last.starts_with("stopped: verified "), "{out}");
 }
+
+const STEP: u64 = 3000;
 
 #[test]
 fn the_view_draws_the_session_follows_a_resize_and_shows_the_drift_until_q() {
-    let (body, vy) = planted();
+    let (body, vy) = live_support::planted(STEP);
     let planted = format!("{STEP}:{body}");
     let host = Host::start(&[
         "--rate",
@@ -274,13 +272,7 @@ fn ctrl_c_stops_the_session_and_a_panic_still_restores_the_terminal() {
     run.assert_terminal_restored();
     assert_eq!(rc, 0, "{out}");
     assert!(out.contains("attached to "), "{out}");
-    assert!(
-        out.lines()
-            .last()
-            .unwrap_or_default()
-            .starts_with("stopped: verified "),
-        "{out}"
-    );
+    assert_stopped(&out);
 
     let run = Run::start(&["attach", &host.addr, "--tui", "--tui-panic"], 100, 32);
     let (rc, out) = run.exited();
@@ -295,13 +287,7 @@ fn ctrl_c_stops_the_session_and_a_panic_still_restores_the_terminal() {
         "{s}"
     );
     assert!(s.contains("error: the terminal view failed"), "{s}");
-    assert!(
-        out.lines()
-            .last()
-            .unwrap_or_default()
-            .starts_with("stopped: verified "),
-        "{out}"
-    );
+    assert_stopped(&out);
 }
 
 #[test]

@@ -4,9 +4,9 @@
 
 use super::view::{Msg, View};
 use super::world::{self, on_canvas};
-use crate::live::drift::{on_drift, Evidence};
+use crate::live::drift::on_drift;
+use crate::live::drift::tests::evidence;
 use crate::live::session::Status;
-use ostm_protocol::wire::{DriftReply, DriftStatus};
 use ostm_protocol::world::BOX_MM;
 use ostm_protocol::{Dims, Op, Setup, World};
 use ratatui::backend::TestBackend;
@@ -224,42 +224,21 @@ fn the_strip_colours_verified_not_seen_and_drift_steps() {
     );
 }
 
-/// A 3D world of 4 bodies stepped once, and a host whose body 2 has one more velocity.y.
+/// A 3D world of 4 bodies stepped once, and a host whose body 2 has one more velocity.y
+/// and is 3 m further along x.
 fn drift_report() -> (World, crate::live::drift::DriftReport) {
-    let before = World::new(
-        Setup {
-            dims: Dims::Three,
-            bodies: 4,
-            seed: 9,
-        },
-        None,
-    );
     let ops = [Op::Impulse {
         body: 1,
         d: [5, 6, 7],
     }];
-    let mut after = before.clone();
-    after.step(&ops);
-    let mut host = after.clone();
-    host.bodies[2].vel[1] += 1;
-    host.bodies[2].pos[0] += 3000;
-    let stages = before.clone().step_with_stage_hashes(&ops);
-    let e = Evidence {
-        step: after.step,
-        host_hash: host.hash(),
-        viewer_hash: after.hash(),
-        reply: Some(DriftReply {
-            step: after.step,
-            status: DriftStatus::Held,
-            world: Some(host),
-            stages: Some(stages),
-        }),
-        viewer_before: before,
-        viewer_after: after.clone(),
-        input: ostm_protocol::op::encode_input(&ops),
-        no_reply: None,
-    };
-    (after, on_drift(&e))
+    let e = evidence(
+        |w| {
+            w.bodies[2].vel[1] += 1;
+            w.bodies[2].pos[0] += 3000;
+        },
+        |before| before.clone().step_with_stage_hashes(&ops),
+    );
+    (e.viewer_after.clone(), on_drift(&e))
 }
 
 #[test]
