@@ -17,13 +17,18 @@ pub mod seek;
 pub mod trace;
 pub mod verify;
 
-/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `warn`); colours only
-/// when stderr is a terminal, so redirected logs hold no escape codes; held while the
-/// terminal view has the screen ([`crate::tui::logs`]).
+/// The log filter without `RUST_LOG`: warnings, except the SVG library's own, which
+/// warns once per text element or glyph about fonts (`render` says it once itself:
+/// [`crate::render::png`]).
+pub const DEFAULT_LOG: &str = "warn,usvg=error";
+
+/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default [`DEFAULT_LOG`]);
+/// colours only when stderr is a terminal, so redirected logs hold no escape codes; held
+/// while the terminal view has the screen ([`crate::tui::logs`]).
 pub fn init_logging() {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(crate::tui::logs::Stderr)

@@ -2,6 +2,7 @@
 //! the field, ghost and link commands share: running a replay to a step and reading an
 //! offset argument.
 
+pub mod labels;
 pub mod png;
 pub mod svg;
 

@@ -7,7 +7,14 @@
 //! `class="triangle" … data-t`), and the root records the plot rectangle (`data-plot`,
 //! pixels) and the world window it shows (`data-view`, millimetres), so a test can parse
 //! the picture and check it against the world without comparing pixels.
+//!
+//! Index labels are drawn last, above everything, each placed by [`labels::place`] so
+//! that no two overlap: inside its body when that spot is free, else beside it, else left
+//! out (`data-label="hidden"` on the body, and a count in the legend). Ghosts are clipped
+//! to the plot; a ghost beyond the plot's window is drawn as a marker on the plot's edge
+//! pointing its way.
 
+use super::labels::{self, Circle, Mark, Placed, Rect, LABEL_SIZE};
 use ostm_protocol::fields::{self, density_decimal, Fields, CELL_MM, DENSITY_ONE, GRID};
 use ostm_protocol::ospc::Pose;
 use ostm_protocol::world::BOX_MM;
@@ -218,9 +225,11 @@ pub fn render(frame: &Frame<'_>) -> String {
         r##"<rect id="box" x="{bx:.1}" y="{by:.1}" width="{bw:.1}" height="{bh:.1}" fill="none" stroke="{INK}" stroke-width="2.5"/>"##
     );
     axes(&mut s, &view);
-    ghosts(&mut s, &view, world, &frame.ghost);
-    bodies(&mut s, &view, world);
-    legend(&mut s, frame, &f);
+    let scene = Scene::new(&view, world, &frame.ghost);
+    ghosts(&mut s, &view, world, &frame.ghost, &scene);
+    bodies(&mut s, &view, world, &scene);
+    index_labels(&mut s, &scene);
+    legend(&mut s, frame, &f, &scene);
     s.push_str("</svg>\n");
     s
 }
@@ -372,18 +381,168 @@ fn axes(s: &mut String, view: &View) {
     s.push_str("</g>\n");
 }
 
-fn ghosts(s: &mut String, view: &View, world: &World, ghost: &Ghost<'_>) {
+/// The plot's rectangle, in pixels.
+const PLOT_AREA: Rect = Rect {
+    x: PLOT_X,
+    y: PLOT_Y,
+    w: PLOT,
+    h: PLOT,
+};
+/// Radius of a ghost marker (for label placement) and half its triangle's size.
+const MARKER_R: f64 = 7.0;
+
+/// Whose label a [`Label`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Of {
+    Body,
+    Ghost,
+}
+
+/// One index label and where it went.
+struct Label {
+    of: Of,
+    index: usize,
+    placed: Placed,
+}
+
+/// A ghost beyond the plot: its marker's point on the plot's edge, and the unit vector
+/// toward the ghost.
+#[derive(Debug, Clone, Copy)]
+struct Marker {
+    at: (f64, f64),
+    toward: (f64, f64),
+}
+
+/// What the bodies, ghosts and labels look like once placed.
+struct Scene {
+    /// Per ghost index: `None` when drawn in the plot, else its marker.
+    beyond: Vec<Option<Marker>>,
+    labels: Vec<Label>,
+}
+
+impl Scene {
+    fn new(view: &View, world: &World, ghost: &Ghost<'_>) -> Scene {
+        let mut circles = Vec::new();
+        let mut marks = Vec::new();
+        let mut whose = Vec::new();
+        for (i, b) in world.bodies.iter().enumerate().filter(|(_, b)| b.alive) {
+            let (x, y) = view.body_px(b.pos);
+            marks.push(Mark {
+                text: i.to_string(),
+                own: circles.len(),
+                inside: true,
+            });
+            whose.push((Of::Body, i));
+            circles.push(Circle {
+                x,
+                y,
+                r: body_radius(view.dims, b.pos),
+            });
+        }
+        let mut beyond = Vec::new();
+        // Ghost circles whose centre is beyond the plot: drawn (clipped), so no label may
+        // sit on the part that shows, but labelled at their marker.
+        let mut peeking = Vec::new();
+        if let Ghost::Poses { poses, .. } = ghost {
+            beyond = vec![None; poses.len()];
+            for (i, p) in poses.iter().enumerate().filter(|(_, p)| p.present) {
+                let (x, y) = view.body_px(p.pos);
+                let in_plot =
+                    (PLOT_X..=PLOT_X + PLOT).contains(&x) && (PLOT_Y..=PLOT_Y + PLOT).contains(&y);
+                let drawn = Circle {
+                    x,
+                    y,
+                    r: body_radius(view.dims, p.pos),
+                };
+                let circle = if in_plot {
+                    drawn
+                } else {
+                    peeking.push(drawn);
+                    let (ex, ey) = (
+                        x.clamp(PLOT_X + MARKER_R, PLOT_X + PLOT - MARKER_R),
+                        y.clamp(PLOT_Y + MARKER_R, PLOT_Y + PLOT - MARKER_R),
+                    );
+                    let (dx, dy) = (x - ex, y - ey);
+                    let len = (dx * dx + dy * dy).sqrt().max(1e-9);
+                    beyond[i] = Some(Marker {
+                        at: (ex, ey),
+                        toward: (dx / len, dy / len),
+                    });
+                    Circle {
+                        x: ex,
+                        y: ey,
+                        r: MARKER_R,
+                    }
+                };
+                marks.push(Mark {
+                    text: i.to_string(),
+                    own: circles.len(),
+                    inside: false,
+                });
+                whose.push((Of::Ghost, i));
+                circles.push(circle);
+            }
+        }
+        circles.extend(peeking);
+        let placed = labels::place(&marks, &circles, PLOT_AREA);
+        Scene {
+            beyond,
+            labels: whose
+                .into_iter()
+                .zip(placed)
+                .map(|((of, index), placed)| Label { of, index, placed })
+                .collect(),
+        }
+    }
+
+    /// `inside`, `outside` or `hidden`: where the label of body or ghost `index` went.
+    fn label_of(&self, of: Of, index: usize) -> &'static str {
+        match self
+            .labels
+            .iter()
+            .find(|l| l.of == of && l.index == index)
+            .map(|l| &l.placed)
+        {
+            Some(Placed::Inside { .. }) => "inside",
+            Some(Placed::Outside { .. }) => "outside",
+            _ => "hidden",
+        }
+    }
+
+    /// How many labels were left out.
+    fn hidden(&self) -> usize {
+        self.labels
+            .iter()
+            .filter(|l| l.placed == Placed::Hidden)
+            .count()
+    }
+}
+
+fn ghosts(s: &mut String, view: &View, world: &World, ghost: &Ghost<'_>, scene: &Scene) {
     let Ghost::Poses { poses, .. } = ghost else {
         return;
     };
-    let _ = writeln!(s, r#"<g id="ghosts">"#);
+    let _ = writeln!(
+        s,
+        r#"<defs><clipPath id="plot-clip"><rect x="{PLOT_X}" y="{PLOT_Y}" width="{PLOT}" height="{PLOT}"/></clipPath></defs>"#
+    );
+    let _ = writeln!(s, r#"<g id="ghosts" clip-path="url(#plot-clip)">"#);
+    let [au, av] = fields::floor_axes(view.dims);
     for (i, p) in poses.iter().enumerate().filter(|(_, p)| p.present) {
         let (x, y) = view.body_px(p.pos);
         let r = body_radius(view.dims, p.pos);
+        let outside = if scene.beyond.get(i).is_some_and(Option::is_some) {
+            r#" data-outside="picture""#
+        } else if [au, av].iter().any(|&a| !(0..=BOX_MM).contains(&p.pos[a])) {
+            r#" data-outside="box""#
+        } else {
+            ""
+        };
         let _ = write!(
             s,
-            r#"<g class="ghost" data-index="{i}" {}>"#,
-            pos_attrs(p.pos)
+            r#"<g class="ghost" data-index="{i}" {}{outside} data-label="{}">"#,
+            pos_attrs(p.pos),
+            scene.label_of(Of::Ghost, i)
         );
         if let Some(b) = world.bodies.get(i).filter(|b| b.alive) {
             let (bx, by) = view.body_px(b.pos);
@@ -394,14 +553,43 @@ fn ghosts(s: &mut String, view: &View, world: &World, ghost: &Ghost<'_>) {
         }
         let _ = writeln!(
             s,
-            r#"<circle cx="{x:.1}" cy="{y:.1}" r="{r:.1}" fill="{GHOST}" fill-opacity="0.18" stroke="{GHOST}" stroke-width="2" stroke-dasharray="4 3"/><text x="{x:.1}" y="{:.1}" font-size="10" text-anchor="middle" fill="{GHOST}">{i}</text></g>"#,
-            y - r - 4.0
+            r#"<circle cx="{x:.1}" cy="{y:.1}" r="{r:.1}" fill="{GHOST}" fill-opacity="0.18" stroke="{GHOST}" stroke-width="2" stroke-dasharray="4 3"/></g>"#
         );
     }
     s.push_str("</g>\n");
+    if scene.beyond.iter().any(Option::is_some) {
+        let _ = writeln!(s, r#"<g id="ghost-markers">"#);
+        for (i, m) in scene.beyond.iter().enumerate() {
+            if let Some(Marker {
+                at: (x, y),
+                toward: (dx, dy),
+            }) = *m
+            {
+                let _ = writeln!(
+                    s,
+                    r#"<g class="ghost-marker" data-index="{i}"><title>ghost {i}: beyond the picture</title><polygon points="{}" fill="{GHOST}"/></g>"#,
+                    marker_points(x, y, dx, dy)
+                );
+            }
+        }
+        s.push_str("</g>\n");
+    }
 }
 
-fn bodies(s: &mut String, view: &View, world: &World) {
+/// A triangle at (x, y) pointing along (dx, dy).
+fn marker_points(x: f64, y: f64, dx: f64, dy: f64) -> String {
+    let (px, py) = (-dy, dx);
+    let tip = (x + dx * MARKER_R, y + dy * MARKER_R);
+    let back = (x - dx * MARKER_R * 0.6, y - dy * MARKER_R * 0.6);
+    let a = (back.0 + px * MARKER_R * 0.8, back.1 + py * MARKER_R * 0.8);
+    let b = (back.0 - px * MARKER_R * 0.8, back.1 - py * MARKER_R * 0.8);
+    format!(
+        "{:.1},{:.1} {:.1},{:.1} {:.1},{:.1}",
+        tip.0, tip.1, a.0, a.1, b.0, b.1
+    )
+}
+
+fn bodies(s: &mut String, view: &View, world: &World, scene: &Scene) {
     let _ = writeln!(s, r#"<g id="bodies">"#);
     let linked = world
         .link()
@@ -419,15 +607,57 @@ fn bodies(s: &mut String, view: &View, world: &World) {
         }
         let _ = writeln!(
             s,
-            r##"<g class="body" data-index="{i}" {}><circle cx="{x:.1}" cy="{y:.1}" r="{r:.1}" fill="#ffffff" stroke="{BG}" stroke-width="2"/><text x="{x:.1}" y="{:.1}" font-size="10" font-weight="bold" text-anchor="middle" fill="{BG}">{i}</text></g>"##,
+            r##"<g class="body" data-index="{i}" {} data-label="{}"><circle cx="{x:.1}" cy="{y:.1}" r="{r:.1}" fill="#ffffff" stroke="{BG}" stroke-width="2"/></g>"##,
             pos_attrs(b.pos),
-            y + 3.5
+            scene.label_of(Of::Body, i)
         );
     }
     s.push_str("</g>\n");
 }
 
-fn legend(s: &mut String, frame: &Frame<'_>, f: &Fields) {
+/// Every placed index label, above everything else.
+fn index_labels(s: &mut String, scene: &Scene) {
+    let _ = writeln!(
+        s,
+        r#"<g id="labels" font-size="{LABEL_SIZE}" font-weight="bold" text-anchor="middle">"#
+    );
+    for l in &scene.labels {
+        let (of, ink) = match l.of {
+            Of::Body => ("body", INK),
+            Of::Ghost => ("ghost", GHOST),
+        };
+        let i = l.index;
+        match &l.placed {
+            Placed::Inside { x, y, .. } => {
+                let _ = writeln!(
+                    s,
+                    r#"<g class="label" data-of="{of}" data-index="{i}" data-place="inside"><text x="{x:.1}" y="{y:.1}" fill="{BG}">{i}</text></g>"#
+                );
+            }
+            Placed::Outside { x, y, bbox, leader } => {
+                let _ = write!(
+                    s,
+                    r#"<g class="label" data-of="{of}" data-index="{i}" data-place="outside">"#
+                );
+                if let Some([(x1, y1), (x2, y2)]) = leader {
+                    let _ = write!(
+                        s,
+                        r#"<line x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" stroke="{ink}" stroke-opacity="0.6" stroke-width="1"/>"#
+                    );
+                }
+                let _ = writeln!(
+                    s,
+                    r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" rx="2" fill="{BG}" fill-opacity="0.85"/><text x="{x:.1}" y="{y:.1}" fill="{ink}">{i}</text></g>"#,
+                    bbox.x, bbox.y, bbox.w, bbox.h
+                );
+            }
+            Placed::Hidden => {}
+        }
+    }
+    s.push_str("</g>\n");
+}
+
+fn legend(s: &mut String, frame: &Frame<'_>, f: &Fields, scene: &Scene) {
     let x = LEGEND_X;
     let top = PLOT_Y + 8.0;
     let bar_h = 380.0;
@@ -571,6 +801,20 @@ fn legend(s: &mut String, frame: &Frame<'_>, f: &Fields) {
                 gy + 26.0,
                 esc(name)
             );
+            ky = gy + 26.0;
+            if scene.beyond.iter().any(Option::is_some) {
+                let my = ky + 24.0;
+                let _ = writeln!(
+                    s,
+                    r#"<polygon points="{}" fill="{GHOST}"/><text x="{:.1}" y="{:.1}" fill="{INK}">ghost beyond</text><text x="{:.1}" y="{:.1}" fill="{INK}">the picture</text>"#,
+                    marker_points(x + 13.0, my, 1.0, 0.0),
+                    x + 32.0,
+                    my + 4.5,
+                    x + 32.0,
+                    my + 20.5
+                );
+                ky = my + 20.5;
+            }
         }
         Ghost::NoFrame { name, first, last } => {
             let _ = writeln!(
@@ -580,8 +824,19 @@ fn legend(s: &mut String, frame: &Frame<'_>, f: &Fields) {
                 esc(name),
                 ky + 50.0
             );
+            ky += 50.0;
         }
         Ghost::None => {}
+    }
+    let hidden = scene.hidden();
+    if hidden > 0 {
+        let noun = if hidden == 1 { "index" } else { "indices" };
+        let _ = writeln!(
+            s,
+            r#"<text class="hidden-labels" x="{x}" y="{:.1}" font-size="11">{hidden} {noun} not shown</text><text x="{x}" y="{:.1}" font-size="11">where bodies crowd</text>"#,
+            ky + 34.0,
+            ky + 49.0
+        );
     }
     s.push_str("</g>\n");
 }
