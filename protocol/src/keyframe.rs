@@ -578,12 +578,7 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
         )? as u32;
         let pos = i32_triple(get(b, &bp, "pos")?, &format!("{bp}.pos"))?;
         let vel = i32_triple(get(b, &bp, "vel")?, &format!("{bp}.vel"))?;
-        bodies.push(Body {
-            alive,
-            still,
-            pos,
-            vel,
-        });
+        bodies.push(Body::new(alive, still, pos, vel));
     }
 
     // Build through the snapshot reader: a keyframe accepts exactly what a snapshot does.
@@ -860,12 +855,7 @@ mod tests {
             transfer_step: 4,
         });
         let mut w = World::new(setup, link);
-        w.bodies[0] = Body {
-            alive: false,
-            still: 9,
-            pos: [1, -2, 3],
-            vel: [4, 5, -6],
-        };
+        w.bodies[0] = Body::new(false, 9, [1, -2, 3], [4, 5, -6]);
         w.bodies[1].pos[2] = 5;
         w.bodies[1].vel[2] = -7;
         let k = parse("k", to_json_line(&w, 60).unwrap().as_bytes()).unwrap();

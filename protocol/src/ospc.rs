@@ -700,16 +700,8 @@ mod tests {
         };
         let mut w = World::new(setup, None);
         w.bodies = vec![
-            Body {
-                alive: true,
-                pos: [100, 200, 300],
-                ..Body::default()
-            },
-            Body {
-                alive: true,
-                pos: [100, 200, 300],
-                ..Body::default()
-            },
+            Body::new(true, 0, [100, 200, 300], [0; 3]),
+            Body::new(true, 0, [100, 200, 300], [0; 3]),
             Body::default(),
         ];
         let poses = [
@@ -734,11 +726,7 @@ mod tests {
             ..setup
         };
         let mut w2 = World::new(setup, None);
-        w2.bodies = vec![Body {
-            alive: true,
-            pos: [100, 200, 0],
-            ..Body::default()
-        }];
+        w2.bodies = vec![Body::new(true, 0, [100, 200, 0], [0; 3])];
         assert_eq!(
             deviations(&w2, &[pose(100, 203, 77)], [0; 3]),
             vec![Deviation::Distance(3)]

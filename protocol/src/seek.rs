@@ -75,7 +75,7 @@ fn replay_head(path: &Path) -> Result<(u64, String), FormatError> {
         .take(HEAD_BYTES as u64)
         .read_to_end(&mut head)
         .map_err(|e| FormatError::io(&name, &e))?;
-    Ok((len, format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&head))))
+    Ok((len, format!("{:016x}", crate::world::xxh3_64(&head))))
 }
 
 /// Why an index could not be written.

@@ -465,12 +465,12 @@ fn parse_row(text: &str, world: &mut World, expect_step: Option<u64>) -> Result<
         if v[0] != 0 && v[0] != 1 {
             return Err(format!("body {i} alive: expected 0 or 1, found {}", v[0]));
         }
-        world.bodies.push(Body {
-            alive: v[0] == 1,
-            still: v[1] as u32,
-            pos: [v[2] as i32, v[3] as i32, v[4] as i32],
-            vel: [v[5] as i32, v[6] as i32, v[7] as i32],
-        });
+        world.bodies.push(Body::new(
+            v[0] == 1,
+            v[1] as u32,
+            [v[2] as i32, v[3] as i32, v[4] as i32],
+            [v[5] as i32, v[6] as i32, v[7] as i32],
+        ));
     }
     if parts.next().is_some() {
         return Err(format!("expected {n} bodies, found more"));
@@ -1274,12 +1274,7 @@ mod tests {
     #[test]
     fn a_row_is_written_as_documented() {
         let mut w = world(1);
-        w.bodies[0] = Body {
-            alive: true,
-            still: 2,
-            pos: [1, -2, 3],
-            vel: [-4, 5, 0],
-        };
+        w.bodies[0] = Body::new(true, 2, [1, -2, 3], [-4, 5, 0]);
         w.gravity = -7;
         w.step = 12;
         let mut s = String::new();

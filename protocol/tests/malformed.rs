@@ -774,12 +774,7 @@ fn files_the_contract_allows_read_write_back_and_run() {
 const ACCEPTED_FILE: &str = "dead-slot-2d-z-link-slot.ostm";
 
 /// A dead slot as another implementation's remove may leave it: `alive` cleared only.
-const DEAD: Body = Body {
-    alive: false,
-    still: 9,
-    pos: [1, -2, 3],
-    vel: [4, -5, 6],
-};
+const DEAD: Body = Body::new(false, 9, [1, -2, 3], [4, -5, 6]);
 
 /// `testdata/accepted/dead-slot-2d-z-link-slot.ostm`: 2D, 3 bodies, seed 5, a sender link
 /// whose body index 3 is not below the body count (transfer step 20), a start snapshot at
@@ -800,12 +795,7 @@ fn accepted() -> Replay {
         body: 3,
         transfer_step: 20,
     };
-    let live = |pos, vel| Body {
-        alive: true,
-        still: 0,
-        pos,
-        vel,
-    };
+    let live = |pos, vel| Body::new(true, 0, pos, vel);
     let mut start = World::new(setup, Some(link));
     start.bodies = vec![
         DEAD,
@@ -884,15 +874,7 @@ fn the_accepted_file_keeps_what_nothing_touches_and_hashes_it_as_read() {
     // stay 5 and -7 (the ops' z of 100 and 99 are ignored), and are not read for rest.
     let end = back.world_at(30, |_| ()).expect("step 30");
     assert_eq!(end.bodies[0], DEAD, "nothing touches a dead slot");
-    assert_eq!(
-        end.bodies[1],
-        Body {
-            alive: true,
-            still: 19,
-            pos: [5088, 0, 5],
-            vel: [0, 0, -7],
-        }
-    );
+    assert_eq!(end.bodies[1], Body::new(true, 19, [5088, 0, 5], [0, 0, -7]));
     // Slot 3, spawned at step 5 (z stored as 0), exists at the transfer: the sender
     // empties it at step 20.
     let before = back.world_at(20, |_| ()).expect("step 20");

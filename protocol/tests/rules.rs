@@ -10,12 +10,7 @@ const MIN: i32 = i32::MIN;
 const MAX: i32 = i32::MAX;
 
 fn body(pos: [i32; 3], vel: [i32; 3]) -> Body {
-    Body {
-        alive: true,
-        still: 0,
-        pos,
-        vel,
-    }
+    Body::new(true, 0, pos, vel)
 }
 
 /// A world holding exactly `bodies`, at step 0, with `gravity`.
@@ -276,12 +271,7 @@ fn ops_on_removed_or_missing_bodies_do_nothing() {
 /// implementation's remove may clear `alive` only): no op and no stage touches it.
 #[test]
 fn a_dead_slot_with_fields_set_is_never_touched() {
-    let dead = Body {
-        alive: false,
-        still: 9,
-        pos: [1, -2, 3],
-        vel: [4, -5, 6],
-    };
+    let dead = Body::new(false, 9, [1, -2, 3], [4, -5, 6]);
     let mut w = world(Dims::Three, &[dead, body([5000; 3], [0; 3])], 3);
     for _ in 0..20 {
         w.step(&[
@@ -314,12 +304,7 @@ fn a_dead_slot_with_fields_set_is_never_touched() {
 /// slot, the receiver's the arriving body.
 #[test]
 fn a_transfer_overwrites_a_dead_slot_with_fields_set() {
-    let dead = Body {
-        alive: false,
-        still: 9,
-        pos: [1, -2, 3],
-        vel: [4, -5, 6],
-    };
+    let dead = Body::new(false, 9, [1, -2, 3], [4, -5, 6]);
     for (role, after) in [
         (Role::Sender, Body::default()),
         (Role::Receiver, body([5000; 3], [40, 0, 0])),

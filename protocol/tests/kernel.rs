@@ -1,0 +1,306 @@
+//! `World::step`'s vector kernel (stages 2 to 4 eight bodies at a time with AVX2,
+//! `protocol/src/world/simd.rs`) against the reference: `World::step_scalar`, the body by
+//! body pass, and the four stages run one after another (`World::run_stage`). All three must
+//! give the same world after every step of random worlds whose fields take the values where
+//! the kernel decides something: at and next to the walls, the settle speed (|v| 10 and 11),
+//! the edge of the kernel's 32-bit range (|v| and |g| 10 000 and 10 001, positions just
+//! outside the box), the still count's saturation, any i32 (hostile snapshots), dead slots
+//! holding fields, a 2D world's z, and every body count 1..=64 (chunks of 8 and the rest).
+//!
+//! On a CPU without AVX2 `step` is `step_scalar` and the first test only compares it with
+//! the stages. The second test shows that the random worlds reach each of those cases many
+//! times, so that a kernel wrong in any one of them would fail the first.
+
+use ostm_protocol::op::Op;
+use ostm_protocol::world::{Body, Dims, Setup, Stage, World, BOX_MM};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
+
+/// A position inside the kernel's range (`0..=L`), often at or next to a wall.
+fn position() -> impl Strategy<Value = i32> {
+    prop_oneof![
+        4 => 0..=BOX_MM,
+        2 => 0..=20,
+        2 => BOX_MM - 20..=BOX_MM,
+    ]
+}
+
+/// A velocity inside the kernel's range (`|v| <= L`), often about the settle speed.
+fn velocity() -> impl Strategy<Value = i32> {
+    prop_oneof![
+        4 => -40..=40,
+        3 => -12..=12,
+        1 => BOX_MM - 2..=BOX_MM,
+        1 => -BOX_MM..=-BOX_MM + 2,
+    ]
+}
+
+/// A position the kernel leaves to the reference: just outside the box, or any i32.
+fn far_position() -> impl Strategy<Value = i32> {
+    prop_oneof![-3..=-1, BOX_MM + 1..=BOX_MM + 3, any::<i32>()]
+}
+
+/// A velocity the kernel leaves to the reference: just faster than L, or any i32.
+fn far_velocity() -> impl Strategy<Value = i32> {
+    prop_oneof![
+        Just(BOX_MM + 1),
+        Just(-BOX_MM - 1),
+        Just(i32::MIN),
+        any::<i32>()
+    ]
+}
+
+fn still() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        Just(0),
+        Just(1),
+        Just(u32::MAX - 1),
+        Just(u32::MAX),
+        any::<u32>()
+    ]
+}
+
+/// A body in the kernel's range: anywhere, or at rest on the floor (where most bodies of a
+/// long run end).
+fn body() -> impl Strategy<Value = Body> {
+    let moving = (
+        prop::bool::weighted(0.9),
+        still(),
+        [position(), position(), position()],
+        [velocity(), velocity(), velocity()],
+    )
+        .prop_map(|(alive, still, pos, vel)| Body::new(alive, still, pos, vel));
+    let resting = (still(), position(), position())
+        .prop_map(|(still, x, z)| Body::new(true, still, [x, 0, z], [0; 3]));
+    prop_oneof![3 => moving, 1 => resting]
+}
+
+/// A body with one field or more outside the kernel's range (a hostile snapshot's, or one
+/// after a teleport or an impulse far out).
+fn far_body() -> impl Strategy<Value = Body> {
+    (
+        body(),
+        0usize..6,
+        far_position(),
+        far_velocity(),
+        [any::<i32>(), any::<i32>(), any::<i32>()],
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(mut b, field, p, v, any, wild)| {
+            match field {
+                0..=2 => b.pos[field] = p,
+                _ => b.vel[field - 3] = v,
+            }
+            if wild {
+                b.pos = any;
+            }
+            b
+        })
+}
+
+fn gravity() -> impl Strategy<Value = i32> {
+    prop_oneof![
+        8 => Just(3),
+        4 => -11..=11,
+        1 => prop_oneof![Just(BOX_MM), Just(BOX_MM + 1), Just(-BOX_MM), Just(-BOX_MM - 1)],
+        1 => any::<i32>(),
+    ]
+}
+
+/// Ops now and then: impulses and teleports keep feeding the kernel new cases.
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        (0u8..64, [velocity(), velocity(), velocity()])
+            .prop_map(|(body, d)| Op::Impulse { body, d }),
+        (0u8..64, [position(), position(), position()])
+            .prop_map(|(body, pos)| Op::Teleport { body, pos }),
+        (0u8..64, far_velocity(), velocity())
+            .prop_map(|(body, x, y)| Op::Impulse { body, d: [x, y, y] }),
+        (0u8..64, far_position(), position()).prop_map(|(body, x, y)| Op::Teleport {
+            body,
+            pos: [x, y, y]
+        }),
+        (0u8..64).prop_map(|body| Op::Remove { body }),
+        gravity().prop_map(|g| Op::Gravity { g }),
+    ];
+    prop::collection::vec(op, 0..3)
+}
+
+/// A world of any dimensions holding 1..=64 drawn bodies, and the inputs of its steps. In
+/// most worlds every body is in the kernel's range; the others hold a few far bodies.
+fn world_and_steps() -> impl Strategy<Value = (World, Vec<Vec<Op>>)> {
+    let far = prop_oneof![
+        3 => Just(vec![]),
+        1 => prop::collection::vec((0usize..64, far_body()), 1..=3),
+    ];
+    (
+        prop::bool::ANY,
+        prop::collection::vec(body(), 1..=64),
+        far,
+        gravity(),
+        prop::collection::vec(ops(), 1..=12),
+    )
+        .prop_map(|(three, mut bodies, far, gravity, steps)| {
+            for (i, b) in far {
+                let n = bodies.len();
+                bodies[i % n] = b;
+            }
+            let setup = Setup {
+                dims: if three { Dims::Three } else { Dims::Two },
+                bodies: bodies.len() as u8,
+                seed: 0,
+            };
+            let mut w = World::new(setup, None);
+            w.bodies = bodies;
+            w.gravity = gravity;
+            (w, steps)
+        })
+}
+
+/// Runs every step three ways and requires the same world after each.
+fn check(world: &World, steps: &[Vec<Op>]) -> Result<(), TestCaseError> {
+    let (mut kernel, mut scalar, mut staged) = (world.clone(), world.clone(), world.clone());
+    for (i, ops) in steps.iter().enumerate() {
+        kernel.step(ops);
+        scalar.step_scalar(ops);
+        for stage in Stage::ALL {
+            staged.run_stage(stage, ops);
+        }
+        prop_assert_eq!(
+            &scalar,
+            &staged,
+            "step_scalar and the stages part at step {}",
+            i
+        );
+        prop_assert_eq!(&kernel, &scalar, "step and step_scalar part at step {}", i);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn the_kernel_equals_the_scalar_pass_and_the_stages((world, steps) in world_and_steps()) {
+        check(&world, &steps)?;
+    }
+}
+
+/// Counts what one live body's step did, read from the reference's world before and after.
+fn reached(r: &mut Reached, b: &Body, a: &Body, g: i32, axes: usize) {
+    let l = BOX_MM;
+    let mut vel = b.vel;
+    vel[1] = vel[1].saturating_sub(g);
+    for (i, v) in vel.iter().enumerate().take(axes) {
+        let np = b.pos[i] + v;
+        if (0..=l).contains(&np) {
+            continue;
+        }
+        match (a.vel[i], a.pos[i]) {
+            (0, 0) => r.settled_low += 1,
+            (0, p) if p == l => r.settled_high += 1,
+            _ => r.bounced += 1,
+        }
+    }
+    if a.pos[1] == 0 && (a.vel[0] != 0 || b.vel[0] != 0) {
+        r.friction += 1;
+    }
+    match (a.still, b.still) {
+        (0, s) if s != 0 => r.motion_reset += 1,
+        (u32::MAX, u32::MAX) => r.still_saturated += 1,
+        (s, _) if s != 0 => r.rest_counted += 1,
+        _ => {}
+    }
+}
+
+/// What the live bodies' steps did in the chunks the kernel works on.
+#[derive(Default, Debug)]
+struct Reached {
+    bounced: usize,
+    settled_low: usize,
+    settled_high: usize,
+    friction: usize,
+    rest_counted: usize,
+    still_saturated: usize,
+    motion_reset: usize,
+    untame_body: usize,
+    untame_gravity: usize,
+    dead_with_fields: usize,
+    z_kept_in_2d: usize,
+    partial_chunk: usize,
+}
+
+#[test]
+fn the_random_worlds_reach_every_case_of_the_kernel() {
+    #[cfg(target_arch = "x86_64")]
+    eprintln!(
+        "AVX2 on this CPU: {} (without it step is step_scalar)",
+        std::is_x86_feature_detected!("avx2")
+    );
+    let l = BOX_MM;
+    let tame = |p: i32, v: i32| (0..=l).contains(&p) && v.unsigned_abs() <= l as u32;
+    let mut r = Reached::default();
+    let mut runner = TestRunner::deterministic();
+    let strategy = world_and_steps();
+    for _ in 0..300 {
+        let (world, steps) = strategy.new_tree(&mut runner).expect("a world").current();
+        check(&world, &steps).expect("the three ways agree");
+        let mut w = world;
+        for ops in &steps {
+            w.apply_input(ops);
+            let before = w.clone();
+            for stage in [Stage::Gravity, Stage::Move, Stage::Bookkeeping] {
+                w.run_stage(stage, ops);
+            }
+            let axes = w.dims().axes();
+            let g = before.gravity;
+            if g.unsigned_abs() > l as u32 {
+                r.untame_gravity += 1;
+                continue;
+            }
+            let tame_body = |b: &Body| {
+                let mut vel = b.vel;
+                vel[1] = vel[1].wrapping_sub(g);
+                !b.alive || (0..axes).all(|i| tame(b.pos[i], vel[i]))
+            };
+            // Only chunks of 8 that the kernel works on (every live body in range) count.
+            for (cb, ca) in before.bodies.chunks(8).zip(w.bodies.chunks(8)) {
+                if !cb.iter().all(tame_body) {
+                    r.untame_body += 1;
+                    continue;
+                }
+                r.partial_chunk += (cb.len() < 8) as usize;
+                for (b, a) in cb.iter().zip(ca) {
+                    if !b.alive {
+                        r.dead_with_fields += (*b != Body::default()) as usize;
+                        continue;
+                    }
+                    if axes == 2 && (b.pos[2] != 0 || b.vel[2] != 0) {
+                        r.z_kept_in_2d += 1;
+                    }
+                    reached(&mut r, b, a, g, axes);
+                }
+            }
+        }
+    }
+    eprintln!("{r:?}");
+    let counts = [
+        r.bounced,
+        r.settled_low,
+        r.settled_high,
+        r.friction,
+        r.rest_counted,
+        r.still_saturated,
+        r.motion_reset,
+        r.untame_body,
+        r.untame_gravity,
+        r.dead_with_fields,
+        r.z_kept_in_2d,
+        r.partial_chunk,
+    ];
+    assert!(
+        counts.iter().all(|&n| n >= 20),
+        "a case is barely reached: {r:?}"
+    );
+}
