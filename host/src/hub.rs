@@ -1,24 +1,30 @@
 //! The state the stepping loop shares with the connections: the world as of the host's
-//! step, a bounded ring of recent worlds for drift requests, one bounded queue per viewer,
-//! and the counters the status line prints.
+//! step, a bounded ring of recent worlds for drift requests, one shared ring of recent
+//! records that every viewer's connection reads at its own position, and the counters the
+//! status line prints.
 //!
-//! The stepping loop publishes each step under the hub's lock; a viewer joins (takes its
-//! probe snapshot and its queue) under the same lock, so it joins *at* a step, never
+//! Publishing a step does the same work whatever the number of viewers: the stepping loop
+//! appends the step's world and record (encoded once) under the hub's lock and wakes one
+//! fan-out task ([`Hub::fan_out`]), which wakes the connections waiting for records. Each
+//! connection takes the records past its position itself ([`Hub::take`]); one that finds
+//! the host more than `queue` records ahead of it is resynced. A viewer joins (takes its
+//! probe snapshot and its position) under the hub's lock, so it joins *at* a step, never
 //! between one step's world and its record.
 
 use bytes::Bytes;
 use ostm_protocol::op::for_each_op;
 use ostm_protocol::wire::{DriftReply, DriftStatus, EncodedFrame, End};
 use ostm_protocol::World;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::mpsc;
+use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
+use tokio::sync::Notify;
 
 /// Limits fixed when the host starts.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Records queued for one viewer before it is resynced.
+    /// Records a viewer may be behind the host before it is resynced (the shared ring
+    /// holds this many).
     pub queue: usize,
     /// Recent worlds held for drift requests.
     pub ring: usize,
@@ -30,33 +36,26 @@ struct Held {
     input: Option<Bytes>,
 }
 
-/// What a viewer's connection shares with the stepping loop.
-#[derive(Debug, Default)]
-pub struct ViewerFlags {
-    /// Set when the viewer's queue overflowed and it was taken off the hub: the
-    /// connection sends what is queued, then a fresh snapshot.
-    pub resync: AtomicBool,
-}
-
-/// One record in a viewer's queue: its frame (encoded once, shared by every queue) and
-/// the step the viewer's world reaches by running it (the record's step plus 1).
+/// One record in the shared ring: its frame (encoded once, shared by every connection)
+/// and the step the viewer's world reaches by running it (the record's step plus 1).
 #[derive(Debug, Clone)]
 pub struct Queued {
     pub after: u64,
     pub frame: EncodedFrame,
 }
 
-struct Slot {
-    tx: mpsc::Sender<Queued>,
-    flags: Arc<ViewerFlags>,
-}
-
 struct Inner {
     /// Oldest first; never empty: the back is the world at the host's step.
     ring: VecDeque<Held>,
-    viewers: BTreeMap<u64, Slot>,
-    ended: Option<End>,
+    /// Records published so far: the position of the next one.
+    published: u64,
     next_id: u64,
+}
+
+/// The last `queue` records, oldest first: `buf[i]` is record number `next - len + i`.
+struct Records {
+    next: u64,
+    buf: VecDeque<Queued>,
 }
 
 /// Counters for the status line (monotonic unless noted).
@@ -71,7 +70,8 @@ pub struct Counters {
     pub stalled: AtomicU64,
     pub protocol_errors: AtomicU64,
     pub drift_requests: AtomicU64,
-    /// The longest any viewer's queue has been, in records.
+    /// The most records any viewer has been behind the host when its connection took
+    /// records (at most the queue limit: a viewer further behind is resynced).
     pub queue_max: AtomicU64,
     /// Connections closed before their hello to make room for newer ones.
     pub shed: AtomicU64,
@@ -84,30 +84,62 @@ pub struct Counters {
 /// The hub: see the module docs.
 pub struct Hub {
     inner: Mutex<Inner>,
+    records: RwLock<Records>,
+    /// The host's step, readable without a lock.
+    step: AtomicU64,
+    /// How the stream ended, once it has; set after the last record was published.
+    ended: OnceLock<End>,
+    /// Told by the stepping loop that records were published (one waiter: the fan-out).
+    stepped: Notify,
+    /// Wakes every connection waiting for records.
+    published: Notify,
     pub limits: Limits,
     pub counters: Counters,
 }
 
-/// A viewer's place on the hub: its id, its queue, its flags.
+/// A viewer's place on the hub: its id, the world it starts from, and its position in
+/// the records (the number of the first record it takes).
 pub struct Joined {
     pub id: u64,
     pub world: World,
-    pub rx: mpsc::Receiver<Queued>,
-    pub flags: Arc<ViewerFlags>,
+    pub position: u64,
+}
+
+/// What [`Hub::take`] found at a connection's position.
+#[derive(Debug)]
+pub enum Take {
+    /// Records were appended to the caller's list: `after` is the step the last of them
+    /// brings the viewer to, `more` whether records were left past them.
+    Records { after: u64, more: bool },
+    /// Nothing yet: wait on [`Hub::published`].
+    Nothing,
+    /// The host is more than `queue` records ahead: the viewer must be resynced.
+    Behind,
+    /// Every record was taken and the stream has ended.
+    Ended(End),
 }
 
 impl Hub {
     /// A hub whose world is `world`.
     pub fn new(world: World, limits: Limits) -> Hub {
+        let step = world.step;
         let mut ring = VecDeque::with_capacity(limits.ring.max(1) + 1);
         ring.push_back(Held { world, input: None });
         Hub {
             inner: Mutex::new(Inner {
                 ring,
-                viewers: BTreeMap::new(),
-                ended: None,
+                published: 0,
                 next_id: 0,
             }),
+            records: RwLock::new(Records {
+                next: 0,
+                // Grown as records come (the test-only unbounded queue is 2^40).
+                buf: VecDeque::new(),
+            }),
+            step: AtomicU64::new(step),
+            ended: OnceLock::new(),
+            stepped: Notify::new(),
+            published: Notify::new(),
             limits,
             counters: Counters::default(),
         }
@@ -120,98 +152,132 @@ impl Hub {
 
     /// The host's step now.
     pub fn step(&self) -> u64 {
-        self.lock().ring.back().map_or(0, |h| h.world.step)
+        self.step.load(Ordering::Acquire)
     }
 
     /// How the stream ended, once it has.
     pub fn ended(&self) -> Option<End> {
-        self.lock().ended.clone()
+        self.ended.get().cloned()
     }
 
-    /// Takes a viewer on at the host's current step: its probe world and its queue.
-    /// `None` once the stream has ended.
-    pub fn join(&self, id: Option<u64>, flags: Option<Arc<ViewerFlags>>) -> Option<Joined> {
+    /// Takes a viewer on at the host's current step: its probe world and its position in
+    /// the records. `id` keeps a resynced viewer's id. `None` once the stream has ended.
+    pub fn join(&self, id: Option<u64>) -> Option<Joined> {
         let mut inner = self.lock();
-        if inner.ended.is_some() {
+        if self.ended.get().is_some() {
             return None;
         }
         let id = id.unwrap_or_else(|| {
             inner.next_id += 1;
             inner.next_id
         });
-        let flags = flags.unwrap_or_default();
-        flags.resync.store(false, Ordering::SeqCst);
-        let (tx, rx) = mpsc::channel(self.limits.queue.max(1));
-        inner.viewers.insert(
-            id,
-            Slot {
-                tx,
-                flags: flags.clone(),
-            },
-        );
         let world = inner.ring.back().map(|h| h.world.clone())?;
         Some(Joined {
             id,
             world,
-            rx,
-            flags,
+            position: inner.published,
         })
     }
 
-    /// Takes a viewer off the hub (its queue closes once drained).
-    pub fn leave(&self, id: u64) {
-        self.lock().viewers.remove(&id);
+    /// The notification a connection waits on for records past its position. Create the
+    /// [`tokio::sync::futures::Notified`] (and `enable` it) *before* calling [`Hub::take`],
+    /// so that a record published in between is not missed.
+    pub fn published(&self) -> &Notify {
+        &self.published
     }
 
-    /// Publishes one step: the world after it, the input that led there, and the
-    /// record frame for the viewers. Never waits: a viewer whose queue is full is taken
-    /// off the hub and flagged for a resync.
+    /// Appends to `out` the frames of at most `max` records from `position` on and moves
+    /// `position` past them. Only clones of shared frames are made under the (read) lock.
+    pub fn take(&self, position: &mut u64, max: usize, out: &mut Vec<EncodedFrame>) -> Take {
+        // Read before the records: once the end is set, every record is in the ring.
+        let ended = self.ended.get();
+        let records = self.records.read().unwrap_or_else(|e| e.into_inner());
+        let behind = records.next.saturating_sub(*position);
+        if behind as usize > self.limits.queue {
+            if let Some(end) = ended {
+                return Take::Ended(end.clone());
+            }
+            self.counters.resyncs.fetch_add(1, Ordering::Relaxed);
+            self.note_behind(self.limits.queue as u64);
+            return Take::Behind;
+        }
+        if behind == 0 {
+            return match ended {
+                Some(end) => Take::Ended(end.clone()),
+                None => Take::Nothing,
+            };
+        }
+        self.note_behind(behind);
+        let first = (records.buf.len() as u64 - behind) as usize;
+        let n = (behind as usize).min(max);
+        let mut after = 0;
+        for q in records.buf.range(first..first + n) {
+            out.push(q.frame.clone());
+            after = q.after;
+        }
+        *position += n as u64;
+        Take::Records {
+            after,
+            more: n < behind as usize,
+        }
+    }
+
+    fn note_behind(&self, behind: u64) {
+        if behind > self.counters.queue_max.load(Ordering::Relaxed) {
+            self.counters.queue_max.fetch_max(behind, Ordering::Relaxed);
+        }
+    }
+
+    /// Publishes one step: the world after it, the input that led there, and the record
+    /// frame for the viewers. Never waits on a viewer, and does the same work however many
+    /// there are: one append to each ring, and one wake of the fan-out task.
     pub fn publish(&self, world: &World, input: Bytes, frame: &EncodedFrame) {
-        let mut inner = self.lock();
-        if let Some(back) = inner.ring.back_mut() {
-            back.input = Some(input);
-        }
-        inner.ring.push_back(Held {
-            world: world.clone(),
-            input: None,
-        });
-        while inner.ring.len() > self.limits.ring.max(1) {
-            inner.ring.pop_front();
-        }
-        let mut gone = Vec::new();
-        let mut longest = 0;
-        for (id, slot) in &inner.viewers {
-            let queued = Queued {
+        {
+            let mut inner = self.lock();
+            if let Some(back) = inner.ring.back_mut() {
+                back.input = Some(input);
+            }
+            inner.ring.push_back(Held {
+                world: world.clone(),
+                input: None,
+            });
+            while inner.ring.len() > self.limits.ring.max(1) {
+                inner.ring.pop_front();
+            }
+            let mut records = self.records.write().unwrap_or_else(|e| e.into_inner());
+            records.buf.push_back(Queued {
                 after: world.step,
                 frame: frame.clone(),
-            };
-            match slot.tx.try_send(queued) {
-                Ok(()) => longest = longest.max(slot.tx.max_capacity() - slot.tx.capacity()),
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    slot.flags.resync.store(true, Ordering::SeqCst);
-                    self.counters.resyncs.fetch_add(1, Ordering::Relaxed);
-                    longest = longest.max(slot.tx.max_capacity());
-                    gone.push(*id);
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => gone.push(*id),
+            });
+            while records.buf.len() > self.limits.queue.max(1) {
+                records.buf.pop_front();
             }
+            records.next += 1;
+            inner.published = records.next;
+            self.step.store(world.step, Ordering::Release);
         }
-        for id in gone {
-            inner.viewers.remove(&id);
-        }
-        self.counters
-            .queue_max
-            .fetch_max(longest as u64, Ordering::Relaxed);
         self.counters.steps.store(world.step, Ordering::Relaxed);
+        self.stepped.notify_one();
     }
 
-    /// Ends the stream: every queue closes once drained, then each connection sends `end`.
+    /// Ends the stream: each connection sends what is left for it, then `end`.
     pub fn end(&self, end: End) {
-        let mut inner = self.lock();
-        if inner.ended.is_none() {
-            inner.ended = Some(end);
+        {
+            let _inner = self.lock();
+            let _ = self.ended.set(end);
         }
-        inner.viewers.clear();
+        self.stepped.notify_one();
+        self.published.notify_waiters();
+    }
+
+    /// The fan-out: each time the stepping loop has published (once for any number of
+    /// steps published meanwhile), wakes every connection waiting for records. Runs until
+    /// the stream has ended.
+    pub async fn fan_out(&self) {
+        while self.ended.get().is_none() {
+            self.stepped.notified().await;
+            self.published.notify_waiters();
+        }
     }
 
     /// Answers a drift request for step `step`: the world held at that step and the
@@ -327,34 +393,151 @@ mod tests {
         assert_eq!(r.stages, Some(stages));
     }
 
+    /// Takes everything at `position` in batches of `max`; the steps the batches end at.
+    fn take_all(hub: &Hub, position: &mut u64, max: usize) -> (Vec<EncodedFrame>, Vec<u64>) {
+        let (mut frames, mut ends) = (Vec::new(), Vec::new());
+        while let Take::Records { after, .. } = hub.take(position, max, &mut frames) {
+            ends.push(after);
+        }
+        (frames, ends)
+    }
+
     #[test]
-    fn a_full_queue_takes_the_viewer_off_and_flags_a_resync() {
+    fn a_viewer_takes_every_record_from_its_step_in_order() {
+        let hub = Hub::new(world(), Limits { queue: 8, ring: 8 });
+        let mut w = world();
+        run(&hub, &mut w, 3);
+        let joined = hub.join(None).unwrap();
+        assert_eq!((joined.world.step, joined.position), (3, 3));
+        let mut at = joined.position;
+        assert!(matches!(
+            hub.take(&mut at, 64, &mut Vec::new()),
+            Take::Nothing
+        ));
+        run(&hub, &mut w, 5);
+        let (frames, ends) = take_all(&hub, &mut at, 2);
+        assert_eq!(
+            ends,
+            vec![5, 7, 8],
+            "batches of at most 2 records, steps 3..8"
+        );
+        // Each frame is the record of the next step, from the viewer's world on.
+        let mut expect = joined.world.clone();
+        for f in &frames {
+            let step = u64::from_le_bytes(f.0[5..13].try_into().unwrap());
+            assert_eq!(step, expect.step);
+            expect.step(&[Op::Impulse {
+                body: 0,
+                d: [1, 2, 3],
+            }]);
+        }
+        assert_eq!(expect, w);
+        assert_eq!(hub.counters.queue_max.load(Ordering::SeqCst), 5);
+    }
+
+    #[test]
+    fn a_viewer_more_than_queue_records_behind_is_resynced() {
         let hub = Hub::new(world(), Limits { queue: 4, ring: 8 });
-        let joined = hub.join(None, None).unwrap();
+        let joined = hub.join(None).unwrap();
         let mut w = world();
         run(&hub, &mut w, 4);
-        assert!(!joined.flags.resync.load(Ordering::SeqCst));
+        // Exactly `queue` behind: still served.
+        let mut at = joined.position;
+        let (frames, _) = take_all(&hub, &mut at.clone(), 64);
+        assert_eq!(frames.len(), 4);
         run(&hub, &mut w, 1);
         assert!(
-            joined.flags.resync.load(Ordering::SeqCst),
-            "the fifth record overflows a queue of 4"
+            matches!(hub.take(&mut at, 64, &mut Vec::new()), Take::Behind),
+            "five records behind a queue of 4"
         );
         assert_eq!(hub.counters.resyncs.load(Ordering::SeqCst), 1);
         assert_eq!(hub.counters.queue_max.load(Ordering::SeqCst), 4);
-        // Taken off: further steps do not count it again; its queue still holds 4 records.
-        run(&hub, &mut w, 10);
-        assert_eq!(hub.counters.resyncs.load(Ordering::SeqCst), 1);
-        let mut rx = joined.rx;
-        let mut n = 0;
-        while rx.try_recv().is_ok() {
-            n += 1;
-        }
-        assert_eq!(n, 4);
-        // Rejoining gives the world at the host's step now.
-        let again = hub
-            .join(Some(joined.id), Some(joined.flags.clone()))
+        // Rejoining gives the world at the host's step now and its position.
+        let again = hub.join(Some(joined.id)).unwrap();
+        assert_eq!(
+            (again.id, again.world.step, again.position),
+            (joined.id, 5, 5)
+        );
+        assert_eq!(again.world, w);
+    }
+
+    #[test]
+    fn the_end_comes_after_the_records_left_and_instead_of_a_resync() {
+        let hub = Hub::new(world(), Limits { queue: 4, ring: 8 });
+        let (near, far) = (hub.join(None).unwrap(), hub.join(None).unwrap());
+        let mut w = world();
+        run(&hub, &mut w, 2);
+        let mut at_far = far.position;
+        run(&hub, &mut w, 4);
+        let mut at_near = near.position + 3;
+        let end = End {
+            reason: ostm_protocol::wire::EndReason::Finished,
+            text: "done".into(),
+            host_step: 6,
+        };
+        hub.end(end.clone());
+        assert!(hub.join(None).is_none(), "no joining an ended stream");
+        let (frames, _) = take_all(&hub, &mut at_near, 64);
+        assert_eq!(frames.len(), 3);
+        assert!(matches!(hub.take(&mut at_near, 64, &mut Vec::new()), Take::Ended(e) if e == end));
+        assert!(
+            matches!(hub.take(&mut at_far, 64, &mut Vec::new()), Take::Ended(_)),
+            "a viewer too far behind at the end gets the end, not a resync"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_fan_out_wakes_every_waiting_connection() {
+        let hub = std::sync::Arc::new(Hub::new(world(), Limits { queue: 4, ring: 8 }));
+        let fan = tokio::spawn({
+            let hub = hub.clone();
+            async move { hub.fan_out().await }
+        });
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let hub = hub.clone();
+                let mut at = hub.join(None).unwrap().position;
+                tokio::spawn(async move {
+                    loop {
+                        let notified = hub.published().notified();
+                        tokio::pin!(notified);
+                        notified.as_mut().enable();
+                        match hub.take(&mut at, 64, &mut Vec::new()) {
+                            Take::Nothing => notified.await,
+                            other => {
+                                return matches!(
+                                    other,
+                                    Take::Records {
+                                        after: 1,
+                                        more: false
+                                    }
+                                )
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        let mut w = world();
+        let hub2 = hub.clone();
+        std::thread::spawn(move || run(&hub2, &mut w, 1))
+            .join()
             .unwrap();
-        assert_eq!(again.world.step, 15);
-        assert!(!again.flags.resync.load(Ordering::SeqCst));
+        for t in waiters {
+            assert!(tokio::time::timeout(std::time::Duration::from_secs(30), t)
+                .await
+                .expect("woken")
+                .unwrap());
+        }
+        hub.end(End {
+            reason: ostm_protocol::wire::EndReason::Finished,
+            text: String::new(),
+            host_step: 1,
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(30), fan)
+            .await
+            .expect("the fan-out ends with the stream")
+            .unwrap();
     }
 }

@@ -34,10 +34,11 @@ pub const DEFAULT_MAX_VIEWERS: usize = 256;
 pub const DEFAULT_MAX_WAITING: usize = 1024;
 /// Default cap on connections waiting for their hello from one address.
 pub const DEFAULT_MAX_WAITING_PER_ADDRESS: usize = 256;
-/// Default records queued per viewer before it is resynced: 65 536 / rate seconds of
-/// slack (at `--rate max` tens of milliseconds, enough for a viewer on a busy machine
-/// that is descheduled for a few time slices; at 60 steps/s far more than the stall
-/// timeout). Slots are allocated only as a queue fills.
+/// Default records a viewer may be behind before it is resynced (the length of the host's
+/// one shared record ring): 65 536 / rate seconds of slack (at `--rate max` tens of
+/// milliseconds, enough for a viewer on a busy machine that is descheduled for a few time
+/// slices; at 60 steps/s far more than the stall timeout). Slots are allocated only as the
+/// ring fills.
 pub const DEFAULT_QUEUE: u32 = 65_536;
 /// Default recent worlds held for drift requests.
 pub const DEFAULT_RING: u32 = 512;
@@ -141,7 +142,8 @@ pub struct Args {
     /// Most viewers connected at once; more are refused with reason `full`.
     #[arg(long, default_value_t = DEFAULT_MAX_VIEWERS)]
     pub max_viewers: usize,
-    /// Records queued per viewer; a viewer further behind is resynced from a fresh snapshot.
+    /// Records a viewer may be behind the host (the host holds the last this many, shared by
+    /// every viewer); a viewer further behind is resynced from a fresh snapshot.
     #[arg(long, default_value_t = DEFAULT_QUEUE, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub viewer_queue: u32,
     /// Recent worlds kept to answer drift requests.
@@ -170,14 +172,14 @@ pub struct Args {
     /// Benchmark only: steps between two lines of --stamps.
     #[arg(long, hide = true, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     pub stamp_every: u64,
-    /// Test only, a planted fault: give every viewer's queue no practical bound (so a
-    /// viewer that never reads is never resynced and its queue grows with every step).
-    /// The memory test shows its measurement catches this.
+    /// Test only, a planted fault: give the record ring no practical bound (so it grows
+    /// with every step and a viewer that never reads is never resynced). The memory test
+    /// shows its measurement catches this.
     #[arg(long, hide = true)]
     pub unbounded_queue_for_tests: bool,
 }
 
-/// The queue length `--unbounded-queue-for-tests` sets: far more records than any test
+/// The ring length `--unbounded-queue-for-tests` sets: far more records than any test
 /// runs, so the bound never acts.
 pub const UNBOUNDED_QUEUE_FOR_TESTS: usize = 1 << 40;
 
@@ -420,7 +422,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         source.world().clone(),
         Limits {
             queue: if args.unbounded_queue_for_tests {
-                warn!("every viewer's queue is unbounded (test only)");
+                warn!("the record ring is unbounded (test only)");
                 UNBOUNDED_QUEUE_FOR_TESTS
             } else {
                 args.viewer_queue as usize
@@ -463,6 +465,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
             (Some(feed), Some(task), Some(counters))
         }
         None => (None, None, None),
+    };
+    // Wakes the connections waiting for records once per publish, whatever their number.
+    let fan_out = {
+        let hub = hub.clone();
+        tokio::spawn(async move { hub.fan_out().await })
     };
     let mut stepping = {
         let (hub, cancel) = (hub.clone(), cancel.clone());
@@ -507,6 +514,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         }
     };
     drop(listener);
+    // The stream has ended: the fan-out has woken every connection for the last time.
+    fan_out.abort();
     // Give every connection a bounded time to deliver its queue and end message.
     let wait = cfg.stall.min(SHUTDOWN_GRACE);
     if tokio::time::timeout(wait, async { while conns.join_next().await.is_some() {} })
