@@ -124,7 +124,7 @@ impl Feed {
     /// Before the step from `world`: hands a keyframe of it over when one is due (every
     /// `--keyframe-every` steps, at the start, and after a dropped step). Never waits.
     pub fn before_step(&mut self, world: &World) {
-        if self.need_key || world.step % self.every == 0 {
+        if self.need_key || world.step.is_multiple_of(self.every) {
             self.need_key = self
                 .tx
                 .try_send(Item::Key {

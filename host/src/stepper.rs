@@ -197,7 +197,7 @@ pub fn run(
         };
         if let Some(out) = stamps
             .as_mut()
-            .filter(|_| world.step % plan.stamp_every.max(1) == 0)
+            .filter(|_| world.step.is_multiple_of(plan.stamp_every.max(1)))
         {
             use std::io::Write;
             let ns = std::time::SystemTime::now()

@@ -94,7 +94,7 @@ pub fn main(viewers: usize, rate: Option<u32>, stamps: &std::path::Path, every: 
             hash: world.hash(),
             input: ostm_protocol::op::encode_input(&ops).into(),
         }));
-        if world.step % every == 0 {
+        if world.step.is_multiple_of(every) {
             let _ = writeln!(out, "{} {}", world.step, crate::readers::now_ns());
             // Flushed every 100 ms: the bench reads the file after killing this process.
             if flushed.elapsed() > Duration::from_millis(100) {

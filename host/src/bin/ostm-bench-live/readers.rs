@@ -79,7 +79,7 @@ impl Verifier {
             return Err(format!("drift at step {}", w.step));
         }
         self.counts.verified.fetch_add(1, Ordering::Relaxed);
-        if w.step % self.every == 0 {
+        if w.step.is_multiple_of(self.every) {
             self.verdicts.push((w.step, now_ns()));
         }
         Ok(())
