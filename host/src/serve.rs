@@ -246,8 +246,9 @@ pub struct NatsArgs {
     /// Keep the stream's messages this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub retention_age: u64,
-    /// Keep at most this many bytes of the stream (the oldest go first).
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
+    /// Keep at most this many bytes of the stream (the oldest go first) [default: 1 GiB,
+    /// 1073741824].
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30, hide_default_value = true)]
     pub retention_bytes: i64,
     #[command(flatten)]
     pub auth: NatsAuthArgs,

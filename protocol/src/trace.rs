@@ -749,6 +749,20 @@ pub fn trace_replay<R: Read + Seek, W: Write>(
     from: u64,
     to: u64,
 ) -> Result<u64, TraceError> {
+    trace_replay_watched(stream, out, from, to, |_| true)
+}
+
+/// [`trace_replay`], calling `watch(n)` after each of the replay's worlds with `n` the
+/// worlds read so far (start world included), whether written or not; when it returns
+/// `false` the trace stops there with [`TraceError::Stopped`] (the output is left as it is:
+/// the caller removes it). For a progress bar and a stop on a signal.
+pub fn trace_replay_watched<R: Read + Seek, W: Write>(
+    stream: ReplayStream<R>,
+    out: W,
+    from: u64,
+    to: u64,
+    mut watch: impl FnMut(u64) -> bool,
+) -> Result<u64, TraceError> {
     let setup = stream.header().setup;
     let link = stream.header().link;
     let wraps = stream
@@ -758,15 +772,17 @@ pub fn trace_replay<R: Read + Seek, W: Write>(
         .is_none();
     let mut w = TraceWriter::new(out, &setup, link).map_err(TraceError::Write)?;
     let mut t = ReplayTracer::new(stream);
+    let mut read = 0u64;
     while let Some(world) = t.next_world().map_err(TraceError::Input)? {
+        read += 1;
         if world.step > to && !wraps {
             break;
         }
-        if world.step > to {
-            continue;
-        }
-        if world.step >= from {
+        if world.step <= to && world.step >= from {
             w.row(world).map_err(TraceError::Write)?;
+        }
+        if !watch(read) {
+            return Err(TraceError::Stopped);
         }
     }
     let rows = w.rows();
@@ -781,6 +797,8 @@ pub enum TraceError {
     Input(FormatError),
     /// The output could not be written (a closed pipe among others).
     Write(io::Error),
+    /// The watcher of [`trace_replay_watched`] asked to stop.
+    Stopped,
 }
 
 // ---------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 mod cmd;
 mod exit;
 mod live;
+mod progress;
 mod render;
 mod tui;
 

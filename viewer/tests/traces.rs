@@ -570,7 +570,7 @@ fn keyframes_validate_against_the_schema_and_continue_exactly_like_the_original(
     let all = worlds(&r);
     for step in [0u64, 1, 77, 78, 250, 399, 400] {
         let k = dir.path().join(format!("k{step}.json"));
-        let (code, _, err) = run(&[
+        let (code, out, err) = run(&[
             "keyframe",
             s(&path),
             "--step",
@@ -579,7 +579,7 @@ fn keyframes_validate_against_the_schema_and_continue_exactly_like_the_original(
             s(&k),
         ]);
         assert_eq!(code, 0, "{err}");
-        assert!(err.contains(&format!("at step {step}")), "{err}");
+        assert!(out.contains(&format!("at step {step} ")), "{out}");
         let doc: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&k).unwrap()).unwrap();
         let errors: Vec<String> = schema.iter_errors(&doc).map(|e| e.to_string()).collect();

@@ -56,31 +56,30 @@ pub fn run(args: Args) -> Exit {
         return fail(format!("{}: cannot write: {e}", args.output.display()));
     }
     let last = cache.last_step();
-    if args.json {
-        println!(
-            "{}",
-            json!({
-                "file": args.file.display().to_string(),
-                "output": args.output.display().to_string(),
-                "dims": cache.dims() as u8,
-                "start_step": cache.start_step(),
-                "last_step": last,
-                "frames": cache.frame_count(),
-                "bodies": cache.body_count(),
-                "offset": offset,
-            })
-        );
-    } else {
-        println!(
-            "wrote {}: {} frames (steps {}..={last}) of {} bodies, offset ({}, {}, {}) mm",
-            args.output.display(),
-            cache.frame_count(),
-            cache.start_step(),
-            cache.body_count(),
-            offset[0],
-            offset[1],
-            offset[2]
-        );
-    }
+    super::report(
+        args.json,
+        json!({
+            "file": args.file.display().to_string(),
+            "output": args.output.display().to_string(),
+            "dims": cache.dims() as u8,
+            "start_step": cache.start_step(),
+            "last_step": last,
+            "frames": cache.frame_count(),
+            "bodies": cache.body_count(),
+            "offset": offset,
+        }),
+        || {
+            format!(
+                "wrote {}: {} frames (steps {}..={last}) of {} bodies, offset ({}, {}, {}) mm",
+                args.output.display(),
+                cache.frame_count(),
+                cache.start_step(),
+                cache.body_count(),
+                offset[0],
+                offset[1],
+                offset[2]
+            )
+        },
+    );
     Exit::Ok
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   ostm-viewer index long.ostm                 # writes long.ostm.seek
-  ostm-viewer index long.ostm --every 1024 -o long.idx
+  ostm-viewer index long.ostm --every 1024 -o long.idx --json
   ostm-viewer seek long.ostm --step 8000000
 
 The sidecar is JSON lines (docs/seek-index.md): a header naming the replay, then one
@@ -23,6 +23,9 @@ pub struct Args {
     /// Where to write the index (default: FILE.seek).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
+    /// Print what was written as JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `index`.
@@ -46,12 +49,26 @@ pub fn run(args: Args) -> Exit {
     }
     match res {
         Ok(h) => {
-            println!(
-                "{}: {} keyframes every {} steps ({} steps)",
-                out.display(),
-                h.entries,
-                h.every,
-                h.steps
+            super::report(
+                args.json,
+                serde_json::json!({
+                    "file": args.file.display().to_string(),
+                    "output": out.display().to_string(),
+                    "every": h.every,
+                    "entries": h.entries,
+                    "start_step": h.start_step,
+                    "steps": h.steps,
+                    "bytes": std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0),
+                }),
+                || {
+                    format!(
+                        "wrote {}: {} keyframes every {} steps ({} steps)",
+                        out.display(),
+                        h.entries,
+                        h.every,
+                        h.steps
+                    )
+                },
             );
             Exit::Ok
         }

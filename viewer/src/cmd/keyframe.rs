@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   ostm-viewer keyframe testdata/test-10000.ostm --step 5000 -o k5000.json
-  ostm-viewer keyframe run.ostm --step 0 -o start.json --tick-rate 30
+  ostm-viewer keyframe run.ostm --step 0 -o start.json --tick-rate 30 --json
   ostm-viewer verify run.ostm --from-keyframe k5000.json
 
 The keyframe validates against the molen/keyframe@1 schema; docs/keyframe.md lists every
@@ -26,6 +26,9 @@ pub struct Args {
     /// The tickRate written (steps per second, 1..=240).
     #[arg(long, default_value_t = DEFAULT_TICK_RATE)]
     pub tick_rate: u32,
+    /// Print what was written as JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `keyframe`.
@@ -38,17 +41,31 @@ pub fn run(args: Args) -> Exit {
         Ok(t) => t,
         Err(e) => return fail(e),
     };
-    match write_whole(&args.output, text.as_bytes()) {
-        Ok(()) => {
-            eprintln!(
-                "wrote {}: the world at step {}",
-                args.output.display(),
-                args.step
-            );
-            Exit::Ok
-        }
-        Err(e) => fail(format!("cannot write {}: {e}", args.output.display())),
+    if let Err(e) = write_whole(&args.output, text.as_bytes()) {
+        return fail(format!("cannot write {}: {e}", args.output.display()));
     }
+    let hash = world.hash();
+    super::report(
+        args.json,
+        serde_json::json!({
+            "file": args.file.display().to_string(),
+            "output": args.output.display().to_string(),
+            "step": world.step,
+            "hash": format!("{hash:016x}"),
+            "live_bodies": world.alive_count(),
+            "tick_rate": args.tick_rate,
+            "bytes": text.len(),
+        }),
+        || {
+            format!(
+                "wrote {}: the world at step {} (hash {hash:016x}, {} live bodies)",
+                args.output.display(),
+                world.step,
+                world.alive_count()
+            )
+        },
+    );
+    Exit::Ok
 }
 
 /// Writes a file through `PATH.part`, synced, then renamed.

@@ -17,6 +17,16 @@ pub mod seek;
 pub mod trace;
 pub mod verify;
 
+/// Prints what a command did on stdout: with `--json` the object `doc` on one line, else
+/// the sentence `line` (for a command that wrote a file, `wrote FILE: …`).
+pub fn report(json: bool, doc: serde_json::Value, line: impl FnOnce() -> String) {
+    if json {
+        println!("{doc}");
+    } else {
+        println!("{}", line());
+    }
+}
+
 /// The log filter without `RUST_LOG`: warnings, except the SVG library's own, which
 /// warns once per text element or glyph about fonts (`render` says it once itself:
 /// [`crate::render::png`]).

@@ -18,7 +18,8 @@ format: .svg or .png.
 Examples:
   ostm-viewer render testdata/test-field-2d.ostm --step 120 -o frame.svg
   ostm-viewer render testdata/test-field-3d.ostm --step 60 --overlay occupancy -o frame.png
-  ostm-viewer render testdata/test-2d-600.ostm --step 210 --ghost testdata/test-2d-ghost.ospc -o ghost.png"
+  ostm-viewer render testdata/test-2d-600.ostm --step 210 --ghost testdata/test-2d-ghost.ospc -o ghost.png
+  ostm-viewer render testdata/test-10000.ostm --step 5000 -o frame.png --scale 2 --json"
 )]
 pub struct Args {
     /// The replay file.
@@ -38,6 +39,9 @@ pub struct Args {
     /// PNG only: pixels per SVG unit (the SVG is 1040 x 940).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f32,
+    /// Print what was written as JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `render`.
@@ -104,17 +108,37 @@ pub fn run(args: Args) -> Exit {
         ghost,
     };
     let picture = svg::render(&frame);
-    let bytes = if ext == "png" {
+    let (bytes, width, height) = if ext == "png" {
         match png::to_png(&picture, args.scale) {
-            Ok(b) => b,
+            Ok(p) => (p.bytes, p.width, p.height),
             Err(e) => return fail(e),
         }
     } else {
-        picture.into_bytes()
+        (picture.into_bytes(), svg::WIDTH as u32, svg::HEIGHT as u32)
     };
+    let len = bytes.len();
     if let Err(e) = std::fs::write(&args.output, bytes) {
         return fail(format!("{}: cannot write: {e}", args.output.display()));
     }
-    eprintln!("wrote {}", args.output.display());
+    super::report(
+        args.json,
+        serde_json::json!({
+            "file": args.file.display().to_string(),
+            "output": args.output.display().to_string(),
+            "format": ext,
+            "step": world.step,
+            "width": width,
+            "height": height,
+            "live_bodies": world.alive_count(),
+            "bytes": len,
+        }),
+        || {
+            format!(
+                "wrote {}: step {}, {width} x {height} {ext}",
+                args.output.display(),
+                world.step
+            )
+        },
+    );
     Exit::Ok
 }

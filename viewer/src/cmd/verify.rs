@@ -8,11 +8,10 @@ use crate::exit::{fail, Exit};
 use ostm_protocol::trace::setup_line;
 use ostm_protocol::{Replay, Verdict};
 use serde_json::{json, Value};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 /// Files with at least this many steps show a progress bar (when stderr is a terminal).
-pub const PROGRESS_MIN_STEPS: usize = 65_536;
+pub const PROGRESS_MIN_STEPS: u64 = crate::progress::MIN_STEPS;
 
 /// Arguments of `verify`.
 #[derive(clap::Args)]
@@ -121,19 +120,6 @@ pub struct Mismatch {
     pub actual: u64,
 }
 
-fn progress_bar(steps: usize) -> indicatif::ProgressBar {
-    if steps < PROGRESS_MIN_STEPS || !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(steps as u64);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "verify {bar:40} {human_pos}/{human_len} steps, eta {eta}",
-    ) {
-        bar.set_style(style);
-    }
-    bar
-}
-
 /// What verifying one file gave: its exit, its JSON object, and its text lines (stdout,
 /// and stderr for a bundle that could not be written).
 struct Report {
@@ -206,7 +192,8 @@ fn verify_one(opts: &Opts<'_>, replay: &Replay) -> Result<Report, String> {
                     .map_err(|e| format!("{}: {e}", k.display()))
             })?,
         None => {
-            let bar = progress_bar(replay.step_count());
+            let bar =
+                crate::progress::bar(replay.step_count() as u64, PROGRESS_MIN_STEPS, "verify");
             let v = replay.verify(|done| bar.set_position(done as u64));
             bar.finish_and_clear();
             (v, replay.start_step())

@@ -7,13 +7,12 @@ pub mod png;
 pub mod svg;
 
 use ostm_protocol::{Dims, Replay, World};
-use std::io::IsTerminal;
 
 /// The world of `replay` at step `step` ([`Replay::world_at`]), with a progress bar on a
 /// long run. Fails with a sentence when the replay does not hold that step.
 pub fn world_at(replay: &Replay, step: u64) -> Result<World, String> {
     let n = replay.row_of(step).unwrap_or(0) as u64;
-    let bar = progress_bar(n, "running to the step");
+    let bar = crate::progress::bar(n, crate::progress::MIN_STEPS, "running to the step");
     let world = replay.world_at(step, |done| bar.set_position(done as u64));
     bar.finish_and_clear();
     world
@@ -25,21 +24,6 @@ pub fn read_world_at(file: &std::path::Path, step: u64) -> Result<(Replay, World
     let replay = Replay::read_file(file).map_err(|e| e.to_string())?;
     let world = world_at(&replay, step).map_err(|e| format!("{}: {e}", file.display()))?;
     Ok((replay, world))
-}
-
-/// A progress bar on stderr for work of `len` units, shown only when stderr is a terminal
-/// and the work is long enough to notice.
-pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
-    if len < 100_000 || !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(len);
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} steps")
-    {
-        bar.set_style(style);
-    }
-    bar.set_message(what.to_string());
-    bar
 }
 
 /// Parses an offset `X,Y` or `X,Y,Z` (millimetres); a 2D world allows no Z but 0.

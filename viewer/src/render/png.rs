@@ -52,11 +52,18 @@ pub fn missing_chars(svg: &str, db: &usvg::fontdb::Database) -> BTreeSet<char> {
     missing
 }
 
-/// The SVG `svg` as PNG bytes, scaled by `scale` (1 = the SVG's own pixel size).
+/// A PNG picture: its bytes and its size in pixels.
+pub struct Png {
+    pub bytes: Vec<u8>,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// The SVG `svg` as a PNG, scaled by `scale` (1 = the SVG's own pixel size).
 ///
 /// # Errors
 /// The SVG cannot be parsed, the scaled size is not a picture, or encoding fails.
-pub fn to_png(svg: &str, scale: f32) -> Result<Vec<u8>, String> {
+pub fn to_png(svg: &str, scale: f32) -> Result<Png, String> {
     let mut opt = usvg::Options {
         font_family: FONT_FAMILY.to_string(),
         ..usvg::Options::default()
@@ -87,9 +94,14 @@ pub fn to_png(svg: &str, scale: f32) -> Result<Vec<u8>, String> {
         tiny_skia::Transform::from_scale(scale, scale),
         &mut pixmap.as_mut(),
     );
-    pixmap
+    let bytes = pixmap
         .encode_png()
-        .map_err(|e| format!("cannot encode the PNG: {e}"))
+        .map_err(|e| format!("cannot encode the PNG: {e}"))?;
+    Ok(Png {
+        bytes,
+        width: w,
+        height: h,
+    })
 }
 
 #[cfg(test)]
