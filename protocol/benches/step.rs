@@ -67,7 +67,7 @@ fn step(c: &mut Criterion) {
             g.bench_function(name, |b| {
                 b.iter(|| {
                     n += 1;
-                    if n % 10_000 == 0 {
+                    if n.is_multiple_of(10_000) {
                         w.clone_from(&fresh);
                     }
                     f(&mut w);

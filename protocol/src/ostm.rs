@@ -385,7 +385,7 @@ impl Header {
             // 12-byte header and 1..=64 bodies of 32 bytes.
             let min = SNAPSHOT_HEADER_BYTES + BODY_BYTES;
             if !(min..=MAX_SNAPSHOT_BYTES).contains(&len)
-                || (len - SNAPSHOT_HEADER_BYTES) % BODY_BYTES != 0
+                || !(len - SNAPSHOT_HEADER_BYTES).is_multiple_of(BODY_BYTES)
             {
                 return Err(c.error_at(
                     at,
@@ -495,7 +495,7 @@ impl Replay {
                 self.inputs.ops_into(row - 1, &mut ops);
                 world.step(&ops);
                 let done = row - first;
-                if done % PROGRESS_EVERY == 0 {
+                if done.is_multiple_of(PROGRESS_EVERY) {
                     progress(done);
                 }
             }

@@ -163,10 +163,10 @@ impl Scenario {
 
     /// Call `m` of the lively phase: see the module docs.
     fn lively(&mut self, m: u64, world: &World, ops: &mut Vec<Op>) {
-        if m % CYCLE == 0 {
+        if m.is_multiple_of(CYCLE) {
             ops.push(Op::Gravity { g: DEFAULT_GRAVITY });
         }
-        if m % KICK_EVERY == 0 {
+        if m.is_multiple_of(KICK_EVERY) {
             let body = self.pick_live(world);
             let d = [
                 self.coord(-KICK_SIDEWAYS, KICK_SIDEWAYS),
@@ -187,7 +187,7 @@ impl Scenario {
                     pos: [MAX, MIN, MAX],
                 });
             }
-            20..=98 if k % 2 == 0 => {
+            20..=98 if k.is_multiple_of(2) => {
                 for _ in 0..2 {
                     let pos = self.spawn_pos();
                     ops.push(Op::Spawn { pos });
@@ -308,7 +308,7 @@ impl Scenario {
     /// A spawn position: x, then y (on the floor half the time), then z.
     fn spawn_pos(&mut self) -> [i32; 3] {
         let x = self.coord(0, BOX_MM);
-        let y = if self.rng.next_u32() % 2 == 0 {
+        let y = if self.rng.next_u32().is_multiple_of(2) {
             0
         } else {
             self.coord(0, BOX_MM)

@@ -146,7 +146,7 @@ fn write_entries(
     let mut t = ReplayTracer::new(stream);
     let mut row = 0u64;
     while let Some(world) = t.next_world()? {
-        let line = if row % every as u64 == 0 {
+        let line = if row.is_multiple_of(every as u64) {
             let kf = keyframe::to_json_line(world, DEFAULT_TICK_RATE)?;
             Some((world.step, world.hash(), kf))
         } else {
@@ -158,7 +158,7 @@ fn write_entries(
             writeln!(out, "{{\"row\":{row},\"step\":{step},\"inputOffset\":{offset},\"hash\":\"{hash:016x}\",\"keyframe\":{kf}}}")?;
         }
         row += 1;
-        if row % 65536 == 0 {
+        if row.is_multiple_of(65536) {
             progress(row);
         }
     }

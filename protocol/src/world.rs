@@ -449,7 +449,7 @@ impl World {
         let mut c = Cursor::new(input, bytes, base);
         if bytes.len() < SNAPSHOT_HEADER_BYTES + BODY_BYTES
             || bytes.len() > MAX_SNAPSHOT_BYTES
-            || (bytes.len() - SNAPSHOT_HEADER_BYTES) % BODY_BYTES != 0
+            || !(bytes.len() - SNAPSHOT_HEADER_BYTES).is_multiple_of(BODY_BYTES)
         {
             return Err(c.error(format!(
                 "expected a world snapshot of 12 + 32 x (1..=64) bytes, found {} bytes",

@@ -65,7 +65,10 @@ fn a_late_join_through_nats_gives_the_same_rows_as_over_tcp_and_from_step_rewind
     let rows = default_rows(recording_end(&t).max(recording_end(&n)));
     let (st, _) = check_recording(&t, &rows);
     let (sn, nn) = check_recording(&n, &rows);
-    assert!(sn > 0 && sn.is_multiple_of(100), "joined at a keyframe: {sn}");
+    assert!(
+        sn > 0 && sn.is_multiple_of(100),
+        "joined at a keyframe: {sn}"
+    );
     assert!(st > 0, "late join over TCP too: {st}");
     assert_eq!(nn, 1500);
     // Rewind: from step 150, the keyframe at or before it is step 100.

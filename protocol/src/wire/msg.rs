@@ -225,7 +225,7 @@ fn read_probe(
     // setup, snapshot header, 1..=64 bodies, the link block.
     let fixed = SETUP_BYTES + SNAPSHOT_HEADER_BYTES + link_len;
     let (min, max) = (fixed + BODY_BYTES, fixed + 64 * BODY_BYTES);
-    if len < min || len > max || (len - fixed) % BODY_BYTES != 0 {
+    if len < min || len > max || !(len - fixed).is_multiple_of(BODY_BYTES) {
         let with = if has_link { "with" } else { "without" };
         return Err(c.error_at(
             len_at,
