@@ -162,14 +162,75 @@ pub async fn serve(
         };
         hub.counters.viewers.fetch_add(1, Ordering::Relaxed);
         hub.counters.viewers_total.fetch_add(1, Ordering::Relaxed);
-        info!(id = joined.id, step = joined.world.step, "viewer attached");
-        let id = joined.id;
-        stream_to(&mut writer, reader, joined, &hub, &cfg).await;
+        let (id, step) = (joined.id, joined.world.step);
+        info!(id, step, "viewer {peer} attached at step {step}");
+        let left = stream_to(&mut writer, reader, joined, peer, &hub, &cfg).await;
         hub.counters.viewers.fetch_sub(1, Ordering::Relaxed);
-        info!(id, "viewer detached");
+        left.log(peer, id, hub.step());
     }
     .instrument(span)
     .await
+}
+
+/// How an attached viewer's stream stopped, for the operator's line when it leaves.
+struct Left {
+    /// The step the records sent bring the viewer to (its attach step if none were sent).
+    step: u64,
+    /// Times the viewer fell more than the queue behind and was resynced.
+    resyncs: u64,
+    why: Why,
+}
+
+/// Why an attached viewer left.
+enum Why {
+    /// The host sent an end: the stream ended (finished, shutdown, host error), or the
+    /// host closed it for what the viewer did (silent, protocol error).
+    Ended(End),
+    /// The viewer closed its side (or its connection failed) first.
+    Closed,
+    /// A write to the viewer made no progress for the stall timeout.
+    Stalled(Duration),
+    /// A write to the viewer failed otherwise.
+    Dropped(String),
+}
+
+impl Left {
+    /// Logs `viewer ADDR left at step S: WHY`, one line, at `info` when the stream ended or
+    /// the viewer closed, at `warn` when the viewer was dropped or closed for misbehaving.
+    fn log(&self, peer: SocketAddr, id: u64, host_step: u64) {
+        let (step, resyncs) = (self.step, self.resyncs);
+        let (why, bad) = match &self.why {
+            Why::Ended(end) => (
+                format!("ended {}: {}", end.reason.name(), end.text),
+                matches!(end.reason, EndReason::Silent | EndReason::ProtocolError),
+            ),
+            Why::Closed => ("closed by the viewer".to_string(), false),
+            Why::Stalled(t) => (
+                format!(
+                    "dropped: stalled: no write progress for {} ms",
+                    t.as_millis()
+                ),
+                true,
+            ),
+            Why::Dropped(e) => (format!("dropped: {e}"), true),
+        };
+        let tail = match resyncs {
+            0 => String::new(),
+            1 => " (resynced once)".to_string(),
+            n => format!(" (resynced {n} times)"),
+        };
+        if bad {
+            warn!(
+                id,
+                step, host_step, resyncs, "viewer {peer} left at step {step}: {why}{tail}"
+            );
+        } else {
+            info!(
+                id,
+                step, host_step, resyncs, "viewer {peer} left at step {step}: {why}{tail}"
+            );
+        }
+    }
 }
 
 /// A refusal: the end message, and whether to wait for the peer to close (a peer that
@@ -332,18 +393,27 @@ async fn write_frames<W: AsyncWrite + Unpin>(
     writer.flush().await
 }
 
+/// Writes the frames within the stall timeout; on failure, why the viewer is gone.
 async fn send_frames(
     writer: &mut Writer,
     frames: &[EncodedFrame],
     stall: Duration,
-) -> Result<(), String> {
+) -> Result<(), Why> {
     match timeout(stall, write_frames(writer, frames)).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("write failed: {e}")),
-        Err(_) => Err(format!(
-            "stalled: no write progress for {} ms",
-            stall.as_millis()
-        )),
+        // The viewer closed its side (a reset when it left unread records behind).
+        Ok(Err(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+            ) =>
+        {
+            Err(Why::Closed)
+        }
+        Ok(Err(e)) => Err(Why::Dropped(format!("write failed: {e}"))),
+        Err(_) => Err(Why::Stalled(stall)),
     }
 }
 
@@ -379,7 +449,8 @@ enum Next {
     Stop(Option<End>),
 }
 
-/// Streams to an attached viewer until the stream ends, the viewer goes, or it stalls.
+/// Streams to an attached viewer until the stream ends, the viewer goes, or it stalls;
+/// returns how it left.
 /// Each turn: what the viewer's reader asks for first, then the records past the viewer's
 /// position in the hub's shared ring; with nothing to send, it waits for the fan-out, the
 /// reader or the heartbeat interval. No timer is set per record: the heartbeat's is moved
@@ -388,14 +459,20 @@ async fn stream_to(
     writer: &mut Writer,
     reader: Reader,
     joined: Joined,
+    peer: SocketAddr,
     hub: &Arc<Hub>,
     cfg: &ConnConfig,
-) {
+) -> Left {
     let Joined {
         id,
         world,
         mut position,
     } = joined;
+    let mut left = Left {
+        step: world.step,
+        resyncs: 0,
+        why: Why::Closed,
+    };
     let hello = [
         ToViewer::Welcome(cfg.welcome),
         ToViewer::Snapshot {
@@ -404,9 +481,12 @@ async fn stream_to(
         },
     ];
     let first: Vec<EncodedFrame> = hello.iter().flat_map(encode).collect();
-    if let Err(e) = send_frames(writer, &first, cfg.stall).await {
-        debug!("{e}");
-        return;
+    if let Err(why) = send_frames(writer, &first, cfg.stall).await {
+        if matches!(why, Why::Stalled(_)) {
+            hub.counters.stalled.fetch_add(1, Ordering::Relaxed);
+        }
+        left.why = why;
+        return left;
     }
     let (ctl_tx, mut ctl_rx) = mpsc::channel::<Control>(8);
     let read_task =
@@ -427,8 +507,10 @@ async fn stream_to(
     let mut caught_up = false;
     // The heartbeat's timer fired: set it again after the next write.
     let mut beat_fired = false;
+    // The step the frames being written bring the viewer to, when they carry records.
     let stop = loop {
         frames.clear();
+        let mut writing: Option<u64> = None;
         // What the reader sends is rare: looked at only when there is something.
         let mut next = if ctl_rx.is_empty() {
             Next::Again
@@ -474,11 +556,24 @@ async fn stream_to(
                     caught_up = !more;
                     with_host_step(&mut frames, after, hub.step());
                     next = Next::Write;
+                    writing = Some(after);
                 }
                 Take::Behind => {
                     // The next take says so if the stream has ended meanwhile.
                     if let Some(again) = hub.join(Some(id)) {
-                        debug!(step = again.world.step, "resync");
+                        left.resyncs += 1;
+                        if left.resyncs == 1 {
+                            info!(
+                                step = left.step,
+                                to = again.world.step,
+                                "viewer {peer} fell more than the queue behind at step {}: resynced from the host's snapshot at step {} (later resyncs are counted in its leave line)",
+                                left.step,
+                                again.world.step
+                            );
+                        } else {
+                            debug!(step = again.world.step, "resync");
+                        }
+                        writing = Some(again.world.step);
                         position = again.position;
                         caught_up = false;
                         frames.extend(encode(&ToViewer::Snapshot {
@@ -496,17 +591,18 @@ async fn stream_to(
             Next::Stop(end) => break end,
             Next::Write => {}
         }
-        if let Err(e) = send_frames(writer, &frames, cfg.stall).await {
-            if e.starts_with("stalled") {
+        if let Err(why) = send_frames(writer, &frames, cfg.stall).await {
+            if matches!(why, Why::Stalled(_)) {
                 hub.counters.stalled.fetch_add(1, Ordering::Relaxed);
-                warn!("dropped: {e}");
-            } else {
-                debug!("{e}");
             }
+            left.why = why;
             read_task.abort();
-            return;
+            return left;
         }
         last_sent = Instant::now();
+        if let Some(step) = writing {
+            left.step = step;
+        }
         if beat_fired {
             heartbeat.as_mut().reset(last_sent + cfg.heartbeat);
             beat_fired = false;
@@ -514,13 +610,15 @@ async fn stream_to(
     };
     if let Some(end) = stop {
         debug!(reason = end.reason.name(), "sending end");
-        let sent = send_frames(writer, &encode(&ToViewer::End(end)), cfg.stall).await;
+        let sent = send_frames(writer, &encode(&ToViewer::End(end.clone())), cfg.stall).await;
         if sent.is_ok() && writer.shutdown().await.is_ok() {
             // Wait for the viewer to close its side (the reader then finishes).
             let _ = timeout(LINGER, async { while ctl_rx.recv().await.is_some() {} }).await;
         }
+        left.why = Why::Ended(end);
     }
     read_task.abort();
+    left
 }
 
 async fn read_loop(
@@ -549,7 +647,6 @@ async fn read_loop(
             }
             Ok(Some(Err(WireError::Format(e)))) => {
                 hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
-                warn!("protocol error: {e}");
                 let _ = ctl
                     .send(Control::Close(Box::new(End {
                         reason: EndReason::ProtocolError,

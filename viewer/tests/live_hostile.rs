@@ -11,25 +11,6 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use tokio_util::codec::Decoder;
 
-/// A hello frame built by hand from docs/protocol.md: type 0x01, magic, version, role, token.
-fn hello(version: u16, role: u8, token: &[u8]) -> Vec<u8> {
-    let mut p = vec![0x01];
-    p.extend_from_slice(b"OSTMLIVE");
-    p.extend_from_slice(&version.to_le_bytes());
-    p.push(role);
-    p.push(token.len() as u8);
-    p.extend_from_slice(token);
-    let mut f = (p.len() as u32).to_le_bytes().to_vec();
-    f.extend(p);
-    f
-}
-
-fn raw(addr: &str) -> TcpStream {
-    let s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(LIMIT)).unwrap();
-    s
-}
-
 /// Reads everything the host sends until it closes, and decodes it.
 fn read_all(mut s: TcpStream) -> Vec<ToViewer> {
     let mut buf = Vec::new();

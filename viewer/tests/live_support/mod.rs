@@ -376,3 +376,23 @@ pub fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.parse().ok())
         .expect("VmRSS line")
 }
+
+/// A hello frame built by hand from docs/protocol.md: type 0x01, magic, version, role, token.
+pub fn hello(version: u16, role: u8, token: &[u8]) -> Vec<u8> {
+    let mut p = vec![0x01];
+    p.extend_from_slice(b"OSTMLIVE");
+    p.extend_from_slice(&version.to_le_bytes());
+    p.push(role);
+    p.push(token.len() as u8);
+    p.extend_from_slice(token);
+    let mut f = (p.len() as u32).to_le_bytes().to_vec();
+    f.extend(p);
+    f
+}
+
+/// A plain TCP connection to `addr` whose reads wait at most [`LIMIT`].
+pub fn raw(addr: &str) -> std::net::TcpStream {
+    let s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    s
+}
