@@ -143,26 +143,39 @@ fn write_entries(
     let mut out = BufWriter::new(File::create(tmp)?);
     serde_json::to_writer(&mut out, header).map_err(io::Error::from)?;
     out.write_all(b"\n")?;
+    for_each_keyframe(stream, every, progress, |row, world, offset| {
+        let kf = keyframe::to_json_line(&world, DEFAULT_TICK_RATE)?;
+        let (step, hash) = (world.step, world.hash());
+        writeln!(out, "{{\"row\":{row},\"step\":{step},\"inputOffset\":{offset},\"hash\":\"{hash:016x}\",\"keyframe\":{kf}}}")?;
+        Ok(())
+    })?;
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(())
+}
+
+/// Runs the replay once from its start, calling `entry` with the row, the world and the
+/// offset of the next step's input at rows 0, K, 2K, … (the entries of the index);
+/// `progress` gets the rows done every 65 536 rows.
+fn for_each_keyframe(
+    stream: ReplayStream<File>,
+    every: u32,
+    progress: &mut impl FnMut(u64),
+    mut entry: impl FnMut(u64, World, u64) -> Result<(), IndexError>,
+) -> Result<(), IndexError> {
     let mut t = ReplayTracer::new(stream);
     let mut row = 0u64;
     while let Some(world) = t.next_world()? {
-        let line = if row.is_multiple_of(every as u64) {
-            let kf = keyframe::to_json_line(world, DEFAULT_TICK_RATE)?;
-            Some((world.step, world.hash(), kf))
-        } else {
-            None
-        };
-        if let Some((step, hash, kf)) = line {
+        if row.is_multiple_of(every as u64) {
+            let world = world.clone();
             // The offset of the input of the step that follows this world.
             let offset = t.stream().offset();
-            writeln!(out, "{{\"row\":{row},\"step\":{step},\"inputOffset\":{offset},\"hash\":\"{hash:016x}\",\"keyframe\":{kf}}}")?;
+            entry(row, world, offset)?;
         }
         row += 1;
         if row.is_multiple_of(65536) {
             progress(row);
         }
     }
-    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     Ok(())
 }
 
@@ -181,6 +194,18 @@ pub struct Seeked {
 
 /// Restores the index's keyframe at or before `step` and runs the replay on to `step`.
 pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatError> {
+    let mut stream = ReplayStream::open(replay)?;
+    seek_stream(replay, &mut stream, index, step)
+}
+
+/// [`seek`] on a stream already open on `replay`, left just after `step` (its next
+/// [`ReplayStream::next_ops`] reads the step that follows), so a caller can play on.
+pub fn seek_stream(
+    replay: &Path,
+    stream: &mut ReplayStream<File>,
+    index: &Path,
+    step: u64,
+) -> Result<Seeked, FormatError> {
     let iname = index.display().to_string();
     let mut f = BufReader::with_capacity(
         16 * 1024,
@@ -213,7 +238,6 @@ pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatErro
     }
     // The header's start step and step count place every entry: they must be the
     // replay's own (an edited header would otherwise run past the replay's end).
-    let mut stream = ReplayStream::open(replay)?;
     let (start, steps) = (stream.start_world().step, stream.header().steps);
     if (header.start_step, header.steps) != (start, steps) {
         return Err(FormatError::new(
@@ -225,14 +249,7 @@ pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatErro
             ),
         ));
     }
-    let end = start.wrapping_add(steps as u64);
-    if step < start || step - start > steps as u64 {
-        return Err(FormatError::new(
-            &iname,
-            0,
-            format!("expected a step in {start}..={end}, found {step}"),
-        ));
-    }
+    check_step(&iname, start, steps, step)?;
     let target = ((step - header.start_step) / header.every as u64 * header.every as u64) as u32;
 
     // Bisect over byte offsets: `lo` is always the start of a line whose row is <= target.
@@ -270,7 +287,7 @@ pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatErro
     }
     let kf = keyframe::parse_value(&format!("{iname} (entry at offset {lo})"), &entry.keyframe)?;
     let h = stream.header();
-    let mut world = kf.world;
+    let world = kf.world;
     let want_hash = format!("{:016x}", world.hash());
     if world.setup() != h.setup
         || world.link() != h.link
@@ -286,9 +303,33 @@ pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatErro
         }
     }
     stream.seek_to(target, entry.input_offset)?;
-    let row = (step - header.start_step) as u32;
+    run_on(stream, world, (step - start) as u32)
+}
+
+/// Refuses a step outside the replay's `start..=start + steps` (`name` leads the error).
+fn check_step(name: &str, start: u64, steps: u32, step: u64) -> Result<(), FormatError> {
+    if step < start || step - start > steps as u64 {
+        let end = start.wrapping_add(steps as u64);
+        return Err(FormatError::new(
+            name,
+            0,
+            format!("expected a step in {start}..={end}, found {step}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `stream`, positioned at the row of the keyframe `world`, on to row `row`, and reads
+/// that row's hash.
+fn run_on(
+    stream: &mut ReplayStream<File>,
+    mut world: World,
+    row: u32,
+) -> Result<Seeked, FormatError> {
+    let keyframe_step = world.step;
+    let from = stream.next_index();
     let mut ops: Vec<Op> = Vec::new();
-    for _ in target..row {
+    for _ in from..row {
         if !stream.next_ops(&mut ops)? {
             break;
         }
@@ -297,10 +338,68 @@ pub fn seek(replay: &Path, index: &Path, step: u64) -> Result<Seeked, FormatErro
     let recorded_hash = stream.hash_row(row)?;
     Ok(Seeked {
         world,
-        keyframe_step: entry.step,
-        steps_run: (row - target) as u64,
+        keyframe_step,
+        steps_run: row.saturating_sub(from) as u64,
         recorded_hash,
     })
+}
+
+/// A seek index held in memory, for a replay that has none beside it: the same entries
+/// ([`write_index`]'s rows 0, K, 2K, …: the world and the offset of the next step's input)
+/// made in one pass over the replay, never written anywhere.
+#[derive(Debug, Clone)]
+pub struct MemoryIndex {
+    every: u32,
+    start_step: u64,
+    steps: u32,
+    /// The world at row `i · every` and the offset of the input that follows it.
+    entries: Vec<(World, u64)>,
+}
+
+impl MemoryIndex {
+    /// Runs `replay` once and keeps a keyframe every `every` rows; `progress` gets the
+    /// rows done (every 65 536).
+    pub fn build(
+        replay: &Path,
+        every: u32,
+        mut progress: impl FnMut(u64),
+    ) -> Result<MemoryIndex, IndexError> {
+        if every == 0 {
+            return Err(IndexError::Every);
+        }
+        let stream = ReplayStream::open(replay)?;
+        let (start_step, steps) = (stream.start_world().step, stream.header().steps);
+        let mut entries = Vec::with_capacity((steps / every) as usize + 1);
+        for_each_keyframe(stream, every, &mut progress, |_, world, offset| {
+            entries.push((world, offset));
+            Ok(())
+        })?;
+        Ok(MemoryIndex {
+            every,
+            start_step,
+            steps,
+            entries,
+        })
+    }
+
+    /// The rows between keyframes.
+    pub fn every(&self) -> u32 {
+        self.every
+    }
+
+    /// [`seek_stream`] from the keyframes held: `stream` must be open on the replay the
+    /// index was built from; it is left just after `step`.
+    pub fn seek(&self, stream: &mut ReplayStream<File>, step: u64) -> Result<Seeked, FormatError> {
+        let name = stream.input().to_string();
+        check_step(&name, self.start_step, self.steps, step)?;
+        let row = (step - self.start_step) as u32;
+        let k = (row / self.every) as usize;
+        let (world, offset) = self.entries.get(k).ok_or_else(|| {
+            FormatError::new(&name, 0, format!("expected a keyframe for row {row}"))
+        })?;
+        stream.seek_to(k as u32 * self.every, *offset)?;
+        run_on(stream, world.clone(), row)
+    }
 }
 
 /// Runs a replay from its start up to `step` (the baseline [`seek`] is measured against).
@@ -441,6 +540,52 @@ mod tests {
             assert_eq!(s.recorded_hash, Some(s.world.hash()));
         }
         assert!(seek(&path, &index, 3001).is_err());
+    }
+
+    #[test]
+    fn the_memory_index_reaches_every_world_the_file_index_reaches() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.ostm");
+        let r = replay(2000);
+        r.write_file(&path).unwrap();
+        let index = default_index_path(&path);
+        write_index(&path, &index, 64, |_| {}).unwrap();
+        let mut mem = MemoryIndex::build(&path, 64, |_| {}).unwrap();
+        assert_eq!((mem.every(), mem.entries.len()), (64, 2000 / 64 + 1));
+        let mut stream = ReplayStream::open(&path).unwrap();
+        let mut rng = Sfc32::from_seed(99);
+        let mut steps: Vec<u64> = (0..150).map(|_| (rng.next_u32() % 2001) as u64).collect();
+        steps.extend([0, 63, 64, 65, 1983, 1984, 2000]);
+        for &step in &steps {
+            let from_file = seek(&path, &index, step).unwrap();
+            let s = mem.seek(&mut stream, step).unwrap();
+            assert_eq!(s, from_file, "step {step}");
+            // The stream is left just after the step: the next input is step + 1's.
+            let mut ops = Vec::new();
+            let more = stream.next_ops(&mut ops).unwrap();
+            assert_eq!(more, step < 2000, "step {step}");
+            if more {
+                let mut next = s.world.clone();
+                next.step(&ops);
+                assert_eq!(
+                    next.hash(),
+                    r.hashes.as_ref().unwrap()[step as usize + 1],
+                    "step {step}"
+                );
+            }
+        }
+        let e = mem.seek(&mut stream, 2001).unwrap_err();
+        assert!(e.message.contains("expected a step in 0..=2000"), "{e}");
+        // A keyframe moved by one millimetre gives worlds the replay's rows do not hold.
+        let live = mem.entries[5]
+            .0
+            .bodies
+            .iter()
+            .position(|b| b.alive)
+            .unwrap();
+        mem.entries[5].0.bodies[live].pos[0] += 1;
+        let s = mem.seek(&mut stream, 5 * 64 + 10).unwrap();
+        assert_ne!(s.recorded_hash, Some(s.world.hash()));
     }
 
     #[test]

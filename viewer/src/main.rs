@@ -8,6 +8,7 @@ mod live;
 mod progress;
 mod render;
 mod tui;
+mod web;
 
 use clap::{Parser, Subcommand};
 use exit::Exit;
@@ -23,6 +24,7 @@ use std::process::ExitCode;
   ostm-viewer inspect testdata/test-10000.ostm
   ostm-viewer verify testdata/test-10000.ostm --json
   ostm-viewer attach 127.0.0.1:7878 --record session.ostm
+  ostm-viewer watch 127.0.0.1:7878             # prints a URL: open it in a browser
   ostm-viewer recover session.ostm.part
   ostm-viewer check 127.0.0.1:7878 --steps 600
   ostm-viewer render testdata/test-field-2d.ostm --step 300 -o frame.png
@@ -40,6 +42,8 @@ enum Command {
     Verify(cmd::verify::Args),
     /// Attach to a live host at any step, verify every step by number, record, report drift.
     Attach(cmd::attach::Args),
+    /// Attach as attach does and serve a live web view of the verified world; or serve a replay with a timeline.
+    Watch(cmd::watch::Args),
     /// Attach, verify N steps, and print a one-line verdict (for monitoring scripts).
     Check(cmd::check::Args),
     /// Print a world's density (per grid vertex) and occupancy (per triangle) at a step.
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Attach(a) => cmd::attach::run(a),
+        Command::Watch(a) => cmd::watch::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Fields(a) => cmd::fields::run(a),
         Command::Render(a) => cmd::render::run(a),

@@ -16,6 +16,7 @@ pub mod replay;
 pub mod seek;
 pub mod trace;
 pub mod verify;
+pub mod watch;
 
 /// Prints what a command did on stdout: with `--json` the object `doc` on one line, else
 /// the sentence `line` (for a command that wrote a file, `wrote FILE: …`).

@@ -2,8 +2,7 @@
 
 use crate::exit::{fail, Exit};
 use crate::render::svg::{self, Ghost, Overlay};
-use crate::render::{file_name, png, read_world_at};
-use ostm_protocol::ospc::PoseCache;
+use crate::render::{file_name, png, read_ghost, read_world_at};
 use std::path::PathBuf;
 
 /// Arguments of `render`.
@@ -65,41 +64,24 @@ pub fn run(args: Args) -> Exit {
         Err(e) => return fail(e),
     };
     let cache = match &args.ghost {
-        Some(p) => match PoseCache::read_file(p) {
-            Ok(c) if c.dims() != replay.setup.dims => {
-                return fail(format!(
-                    "{}: a {}D pose cache cannot be drawn over a {}D world",
-                    p.display(),
-                    c.dims() as u8,
-                    replay.setup.dims as u8
-                ))
-            }
-            Ok(c) => Some((file_name(p), c)),
+        Some(p) => match read_ghost(p, replay.setup.dims) {
+            Ok(c) => Some(c),
             Err(e) => return fail(e),
         },
         None => None,
     };
     let ghost = match &cache {
         None => Ghost::None,
-        Some((name, c)) => match c.frame_at_step(args.step) {
-            Some(poses) => Ghost::Poses {
-                name: name.clone(),
-                poses,
-            },
-            None => {
-                let last = c.last_step();
+        Some(c) => {
+            let g = c.at(args.step);
+            if let Ghost::NoFrame { name, first, last } = &g {
                 eprintln!(
-                    "note: {name} has no frame for step {} (it holds steps {}..={last})",
-                    args.step,
-                    c.start_step()
+                    "note: {name} has no frame for step {} (it holds steps {first}..={last})",
+                    args.step
                 );
-                Ghost::NoFrame {
-                    name: name.clone(),
-                    first: c.start_step(),
-                    last,
-                }
             }
-        },
+            g
+        }
     };
     let frame = svg::Frame {
         name: file_name(&args.file),

@@ -445,8 +445,9 @@ fn first_attach(spool: &Spool, shared: &Shared) -> Result<(Welcome, World), Stop
 /// a busy verifier never makes the host resync the viewer; the records wait in the spool.
 pub const VERIFIER_NICENESS: i32 = 10;
 
-/// Lowers the calling thread's priority by `by` nice steps (best effort; 0 leaves it).
-fn yield_to_reader(by: i32) {
+/// Lowers the calling thread's priority by `by` nice steps (best effort; 0 leaves it): the
+/// verifier's below the reader's, a view's below the verifier's.
+pub fn lower_thread_priority(by: i32) {
     if by <= 0 {
         return;
     }
@@ -466,7 +467,7 @@ fn verify_loop(
     st: &mut State,
     events: &mut impl FnMut(Event<'_>),
 ) -> Stop {
-    yield_to_reader(opts.verifier_nice);
+    lower_thread_priority(opts.verifier_nice);
     let mut next_status = Instant::now() + STATUS_EVERY;
     let mut ops: Vec<Op> = Vec::new();
     // The world before the step being verified, for a drift report.

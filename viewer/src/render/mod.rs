@@ -6,6 +6,7 @@ pub mod labels;
 pub mod png;
 pub mod svg;
 
+use ostm_protocol::ospc::PoseCache;
 use ostm_protocol::{Dims, Replay, World};
 
 /// The world of `replay` at step `step` ([`Replay::world_at`]), with a progress bar on a
@@ -24,6 +25,63 @@ pub fn read_world_at(file: &std::path::Path, step: u64) -> Result<(Replay, World
     let replay = Replay::read_file(file).map_err(|e| e.to_string())?;
     let world = world_at(&replay, step).map_err(|e| format!("{}: {e}", file.display()))?;
     Ok((replay, world))
+}
+
+/// A pose cache read for drawing its bodies as ghosts, with the name pictures show.
+pub struct GhostCache {
+    /// The file's name (without its folders).
+    pub name: String,
+    pub path: std::path::PathBuf,
+    pub cache: PoseCache,
+}
+
+impl GhostCache {
+    /// The ghost to draw at `step`: the cache's frame there, or a note that it has none.
+    pub fn at(&self, step: u64) -> svg::Ghost<'_> {
+        match self.cache.frame_at_step(step) {
+            Some(poses) => svg::Ghost::Poses {
+                name: self.name.clone(),
+                poses,
+            },
+            None => svg::Ghost::NoFrame {
+                name: self.name.clone(),
+                first: self.cache.start_step(),
+                last: self.cache.last_step(),
+            },
+        }
+    }
+}
+
+impl GhostCache {
+    /// Reads the pose cache at `path`; the failure is the sentence to print.
+    pub fn read(path: &std::path::Path) -> Result<GhostCache, String> {
+        Ok(GhostCache {
+            name: file_name(path),
+            path: path.to_path_buf(),
+            cache: PoseCache::read_file(path).map_err(|e| e.to_string())?,
+        })
+    }
+
+    /// Refuses to draw the cache over a world of another dimension count.
+    pub fn fits(&self, dims: Dims) -> Result<(), String> {
+        if self.cache.dims() != dims {
+            return Err(format!(
+                "{}: a {}D pose cache cannot be drawn over a {}D world",
+                self.path.display(),
+                self.cache.dims() as u8,
+                dims as u8
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Reads the pose cache at `path` for a world of `dims` dimensions ([`GhostCache::read`],
+/// [`GhostCache::fits`]).
+pub fn read_ghost(path: &std::path::Path, dims: Dims) -> Result<GhostCache, String> {
+    let g = GhostCache::read(path)?;
+    g.fits(dims)?;
+    Ok(g)
 }
 
 /// Parses an offset `X,Y` or `X,Y,Z` (millimetres); a 2D world allows no Z but 0.

@@ -1,0 +1,197 @@
+//! `ostm-viewer watch ADDR | FILE.ostm`: a live web view of a session `attach` runs (the
+//! same session: options, events, verdict and exit code are attach's), or of a replay with
+//! a timeline. docs/watch.md describes the page, its messages and its access rules.
+
+use crate::cmd::attach;
+use crate::exit::{fail, Exit};
+use crate::live::session::{self, Stop};
+use crate::render::GhostCache;
+use crate::web::{self, live::Hub, replay::Source, Mode};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Arguments of `watch`.
+#[derive(clap::Args)]
+#[group(skip)]
+#[command(
+    mut_arg("addr", |a| a
+        .value_name("ADDR|FILE")
+        .help("A live host's address, HOST[:PORT] or nats://HOST:PORT/NAME, as for attach; or a replay file (.ostm) to scrub through")),
+    after_help = "Examples:
+  # Watch a live host; open the URL printed first in a browser
+  ostm-viewer watch 127.0.0.1:7878
+  # The same, recording the session, with a ghost drawn beside the live bodies
+  ostm-viewer watch 127.0.0.1:7878 --record session.ostm --ghost run.ospc
+  # Scrub through a replay: timeline, play, pause, speed, one step back or forward
+  ostm-viewer watch testdata/test-10000.ostm
+  # Serve the page to other machines: a token is required, and is part of the URL printed
+  ostm-viewer watch 127.0.0.1:7878 --ui 0.0.0.0:8080 --ui-token \"$(openssl rand -hex 16)\"
+
+The first line printed is the page's URL (with --json, {\"event\":\"ui\",\"url\":...}).
+With ADDR the session is exactly attach's: its lines, --json events, recording, drift
+report and bundle, and exit code; the page shows each world the viewer verified (at most
+one per display refresh, never slowing verification), the status, a strip of the last
+4096 steps, and on drift the report with the worlds of both sides. When the session ends
+(drift, --steps, the host ending), the page stays until Ctrl-C; the exit code is then
+the session's. With FILE the page shows any step through the seek index beside the file
+(FILE.seek, `ostm-viewer index`), else keyframes built in memory at start, and marks
+each step against the file's hash row.
+
+Exit codes:
+  0  as attach (ADDR); served until Ctrl-C (FILE)
+  1  drift (ADDR)
+  2  bad input: a refused --ui, an unreadable replay or ghost, a connection or protocol
+     failure as attach")]
+pub struct Args {
+    #[command(flatten)]
+    pub attach: attach::Args,
+    /// Serve the page on this address, HOST[:PORT] (port 0 or none: a free port). An
+    /// address other than loopback requires --ui-token.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub ui: String,
+    /// Require this token of every page and WebSocket (it is part of the URL printed):
+    /// 1 to 255 characters A-Z a-z 0-9 . _ ~ - (also from OSTM_UI_TOKEN).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "OSTM_UI_TOKEN",
+        hide_env_values = true
+    )]
+    pub ui_token: Option<String>,
+    /// A pose cache (.ospc) whose bodies are drawn as ghosts, as `render --ghost` draws them.
+    #[arg(long, value_name = "FILE.ospc")]
+    pub ghost: Option<PathBuf>,
+}
+
+/// Runs `watch`.
+pub fn run(args: Args) -> Exit {
+    let target = Path::new(&args.attach.addr);
+    let is_file = target.is_file()
+        || target
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("ostm"));
+    if is_file {
+        replay(args)
+    } else {
+        live(args)
+    }
+}
+
+fn out(line: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{line}");
+    let _ = o.flush();
+}
+
+/// Prints the URL, first.
+fn print_url(json: bool, url: &str) {
+    if json {
+        out(&serde_json::json!({"event": "ui", "url": url}).to_string());
+    } else {
+        out(url);
+    }
+}
+
+/// Binds the page's server on `rt` and prints its URL.
+fn start_server(
+    rt: &tokio::runtime::Runtime,
+    args: &Args,
+    mode: Mode,
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    let ui = web::access::parse_ui(&args.ui)?;
+    let server = rt.block_on(web::bind(ui, args.ui_token.clone(), mode))?;
+    print_url(args.attach.json, &server.url);
+    Ok(rt.spawn(server.serve()))
+}
+
+/// The options of attach that mean nothing for a replay file, when given.
+fn live_only(a: &attach::Args) -> Option<&'static str> {
+    [
+        (a.steps.is_some(), "--steps"),
+        (a.until.is_some(), "--until"),
+        (a.recording.record.is_some(), "--record"),
+        (a.reconnect, "--reconnect"),
+        (a.fields || !a.fields_at.is_empty(), "--fields"),
+        (a.host.from_step.is_some(), "--from-step"),
+        (
+            a.host.token.token.is_some() || a.host.token.token_file.is_some(),
+            "--token",
+        ),
+    ]
+    .into_iter()
+    .find(|(given, _)| *given)
+    .map(|(_, name)| name)
+}
+
+fn replay(args: Args) -> Exit {
+    let file = PathBuf::from(&args.attach.addr);
+    if let Some(opt) = live_only(&args.attach) {
+        return fail(format!(
+            "{opt} is for a live session; {} is a replay file",
+            file.display()
+        ));
+    }
+    let source = match Source::open(&file, args.ghost.as_deref()) {
+        Ok(s) => Arc::new(s),
+        Err(e) => return fail(e),
+    };
+    let rt = match web::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("cannot start the page's server: {e}")),
+    };
+    let server = match start_server(&rt, &args, Mode::Replay(source.clone())) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    eprintln!(
+        "watch: {} ({}); Ctrl-C stops",
+        file.display(),
+        source.index_line()
+    );
+    rt.block_on(ostm_protocol::signal::stop_signal());
+    server.abort();
+    Exit::Ok
+}
+
+fn live(mut args: Args) -> Exit {
+    let mut opts = match attach::options(&mut args.attach) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    let ghost = match &args.ghost {
+        Some(p) => match GhostCache::read(p) {
+            Ok(g) => Some(g),
+            Err(e) => return fail(e),
+        },
+        None => None,
+    };
+    let hub = Arc::new(Hub::new(
+        &args.attach.addr,
+        args.attach.recording.record.as_deref(),
+        ghost,
+    ));
+    opts.frames = Some(hub.frames.clone());
+    let rt = match web::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("cannot start the page's server: {e}")),
+    };
+    let server = match start_server(&rt, &args, Mode::Live(hub.clone())) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let mut lines = attach::Lines::new(&args.attach);
+    let outcome = session::run(&opts, |ev| {
+        lines.on(&ev);
+        hub.on(&ev);
+    });
+    let (_, _, verdict) = attach::verdict(&outcome);
+    hub.ended(&outcome, &verdict);
+    let exit = attach::finish(&args.attach, &outcome, lines);
+    if !matches!(outcome.stop, Stop::Interrupted) {
+        eprintln!("watch: the session has ended; the page stays until Ctrl-C (or SIGTERM)");
+        rt.block_on(ostm_protocol::signal::stop_signal());
+    }
+    server.abort();
+    exit
+}

@@ -1,0 +1,322 @@
+// The page of `ostm-viewer watch` (docs/watch.md). Everything it draws comes from the
+// viewer: each frame's SVG is the picture `ostm-viewer render` writes for that world, put
+// into the page as it is. The page asks for the next frame once it has drawn one (live:
+// `ready` at the next display refresh; replay: `show` a step), so a slow tab gets fewer
+// frames and never more than it can draw.
+"use strict";
+(() => {
+  const $ = (id) => document.getElementById(id);
+  // The page's state, readable from the console (and by the tests).
+  const st = {
+    mode: "",
+    hello: null,
+    frame: null,
+    pinned: null,
+    hover: null,
+    drift: null,
+    ended: null,
+    errors: [],
+    // Replay.
+    playing: false,
+    speed: 60,
+    carry: 0,
+    lastTick: 0,
+    pending: false,
+    wanted: null,
+    // Frames drawn, and their times in the last second.
+    drawn: 0,
+    times: [],
+    fps: 0,
+  };
+  window.ostm = st;
+
+  const token = new URLSearchParams(location.search).get("token");
+  const ws = new WebSocket(
+    `ws://${location.host}/ws` + (token ? `?token=${encodeURIComponent(token)}` : ""),
+  );
+  const send = (m) => {
+    if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(m));
+  };
+  const num = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
+  const bytes = (n) => {
+    if (n === null || n === undefined) return "–";
+    if (n < 1024) return `${n} B`;
+    if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KiB`;
+    return `${(n / (1 << 20)).toFixed(1)} MiB`;
+  };
+  const CHECK_TEXT = {
+    verified: "verified",
+    snapshot: "host snapshot (not yet verified)",
+    drift: "not verified: drift",
+    matches_row: "matches the hash row",
+    differs_from_row: "differs from the hash row",
+    no_row: "no hash row to check",
+  };
+
+  ws.onopen = () => { document.body.dataset.state = "open"; $("conn").textContent = ""; };
+  ws.onclose = () => {
+    document.body.dataset.state = "closed";
+    $("conn").textContent = "disconnected from the viewer";
+    st.playing = false;
+  };
+  ws.onmessage = (e) => {
+    let m;
+    try { m = JSON.parse(e.data); } catch (_) { return; }
+    const h = handlers[m.type];
+    if (h) h(m);
+  };
+
+  const handlers = {
+    hello(m) {
+      st.hello = m;
+      st.mode = m.mode;
+      document.body.dataset.mode = m.mode;
+      $("name").textContent = m.name;
+      document.title = `${m.name} · ostm watch`;
+      if (m.slots !== null && m.slots !== undefined) $("slots").textContent = m.slots;
+      if (m.ghost) {
+        $("ghost-label").hidden = false;
+        $("ghost-name").textContent = m.ghost;
+      }
+      if (m.ghost_note) {
+        $("ghost-note").hidden = false;
+        $("ghost-note").textContent = m.ghost_note;
+      }
+      if (m.mode === "replay") {
+        for (const el of [$("timeline"), $("step-input")]) {
+          el.min = m.first_step;
+          el.max = m.last_step;
+        }
+        $("index-item").textContent = m.index;
+      }
+    },
+
+    frame(m) {
+      draw(m);
+      if (st.mode === "live") {
+        if (!st.ended) requestAnimationFrame(() => send({ type: "ready" }));
+      } else {
+        st.pending = false;
+        if (st.wanted !== null && st.wanted !== m.step) {
+          const w = st.wanted;
+          st.wanted = null;
+          show(w);
+        }
+      }
+    },
+
+    status(m) {
+      $("host-step").textContent = num(m.host_step);
+      $("verified").textContent = num(m.verified);
+      $("lag").textContent = num(m.lag);
+      $("rate").textContent = num(Math.round(m.rate));
+      $("resyncs").textContent = num(m.resyncs);
+      $("gaps-item").hidden = !m.gaps;
+      $("gaps").textContent = num(m.gaps);
+      $("recording-item").hidden = !m.recording;
+      if (m.recording) {
+        $("recording").textContent = `${m.recording.path} (${bytes(m.recording.bytes)})`;
+      }
+      if (m.strip) drawStrip(m.strip);
+    },
+
+    drift(m) {
+      st.drift = m;
+      const r = m.report;
+      $("drift").hidden = false;
+      $("drift-summary").textContent = r.summary;
+      $("drift-step").textContent = r.step;
+      $("drift-body").textContent = r.body === null ? "–" : r.body;
+      $("drift-field").textContent = r.field === null ? "–" : r.field;
+      $("drift-host").textContent = r.host === null ? "–" : r.host;
+      $("drift-viewer").textContent = r.viewer === null ? "–" : r.viewer;
+      $("drift-stages").textContent = r.stages;
+      $("drift-note").textContent = r.note || "";
+      const names = {
+        last_verified: `last verified (step ${r.step - 1})`,
+        viewer: `viewer's world at ${r.step}`,
+        host: `host's world at ${r.step}`,
+      };
+      const box = $("drift-worlds");
+      box.textContent = "";
+      for (const w of m.worlds) {
+        const b = document.createElement("button");
+        b.textContent = names[w] || w;
+        b.dataset.world = w;
+        b.onclick = () => send({ type: "world", world: w });
+        box.appendChild(b);
+      }
+    },
+
+    end(m) {
+      st.ended = m;
+      $("end").hidden = false;
+      $("end-message").textContent = m.message;
+      document.body.dataset.state = `ended-${m.verdict}`;
+    },
+
+    error(m) {
+      st.errors.push(m.message);
+      if (st.errors.length > 5) st.errors.shift();
+      $("errors-section").hidden = false;
+      const ul = $("errors");
+      ul.textContent = "";
+      for (const e of st.errors) {
+        const li = document.createElement("li");
+        li.textContent = e;
+        ul.appendChild(li);
+      }
+    },
+  };
+
+  // A frame: the viewer's picture as it is, then the page's own marks on top of it.
+  function draw(m) {
+    const pic = $("picture");
+    pic.innerHTML = m.svg;
+    st.frame = m;
+    $("step").textContent = num(m.step);
+    $("check").textContent = CHECK_TEXT[m.check] || m.check;
+    $("check").className = `check ${m.check}`;
+    $("live-count").textContent = m.alive;
+    $("slots").textContent = m.slots;
+    if (m.marked !== null) mark(m.marked, "marked");
+    if (st.pinned !== null) mark(st.pinned, "pinned");
+    for (const b of document.querySelectorAll("#drift-worlds button")) {
+      b.classList.toggle("on", b.dataset.world === m.world);
+    }
+    showBody(st.pinned !== null ? st.pinned : st.hover);
+    if (st.mode === "replay") {
+      $("timeline").value = m.step;
+      if (document.activeElement !== $("step-input")) $("step-input").value = m.step;
+    }
+    const now = performance.now();
+    st.drawn += 1;
+    st.times.push(now);
+    while (st.times.length && st.times[0] < now - 1000) st.times.shift();
+    st.fps = st.times.length;
+    $("fps").textContent = st.fps;
+  }
+
+  function mark(index, cls) {
+    const g = document.querySelector(`#picture g.body[data-index="${index}"]`);
+    if (g) g.classList.add(cls);
+  }
+
+  function showBody(index) {
+    const box = $("body");
+    const b = index !== null && st.frame ? st.frame.bodies[index] : null;
+    if (!b) {
+      box.innerHTML = '<p class="note">Hover over a body for its fields; click to keep them.</p>';
+      return;
+    }
+    const row = (k, v) => `<tr><th>${k}</th><td>${v}</td></tr>`;
+    box.innerHTML =
+      `<table class="fields">` +
+      row("body", b.index + (st.pinned === index ? " (kept: click again to let go)" : "")) +
+      row("alive", b.alive) +
+      row("still", `${b.still} steps`) +
+      row("position", `${b.pos.join(", ")} mm`) +
+      row("velocity", `${b.vel.join(", ")} mm/step`) +
+      `</table>`;
+  }
+
+  const bodyAt = (e) => {
+    const g = e.target.closest && e.target.closest("g.body");
+    return g ? Number(g.dataset.index) : null;
+  };
+  $("picture").addEventListener("mouseover", (e) => {
+    st.hover = bodyAt(e);
+    if (st.pinned === null) showBody(st.hover);
+  });
+  $("picture").addEventListener("click", (e) => {
+    const i = bodyAt(e);
+    for (const g of document.querySelectorAll("#picture g.body.pinned")) g.classList.remove("pinned");
+    st.pinned = i === null || i === st.pinned ? null : i;
+    if (st.pinned !== null) mark(st.pinned, "pinned");
+    showBody(st.pinned !== null ? st.pinned : i);
+  });
+
+  for (const r of document.querySelectorAll('input[name="overlay"]')) {
+    r.addEventListener("change", () => send({ type: "overlay", overlay: r.value }));
+  }
+  $("ghost").addEventListener("change", () => send({ type: "ghost", on: $("ghost").checked }));
+
+  // The strip: the last steps coloured by what the viewer knows of them.
+  function drawStrip(s) {
+    const c = $("strip");
+    const w = c.clientWidth || 1000;
+    if (c.width !== w) c.width = w;
+    const g = c.getContext("2d");
+    g.fillStyle = "#0c0f15";
+    g.fillRect(0, 0, c.width, c.height);
+    const span = Math.max(1, s.to - s.from);
+    const colours = { verified: "#3ccf7a", gap: "#ffb020", drift: "#ff4d5e", snapshot: "#5b8def" };
+    for (const [from, to, kind] of s.runs) {
+      const x0 = ((from - s.from) / span) * c.width;
+      const x1 = ((to - s.from) / span) * c.width;
+      g.fillStyle = colours[kind] || "#888";
+      g.fillRect(x0, 0, Math.max(kind === "verified" ? 0 : 2, x1 - x0), c.height);
+    }
+    $("strip-range").textContent = ` · steps ${num(s.from)} to ${num(s.to)}`;
+  }
+
+  // Replay: one request in flight; the latest step wanted waits for it.
+  function show(step) {
+    if (!st.hello || st.mode !== "replay") return;
+    step = Math.min(st.hello.last_step, Math.max(st.hello.first_step, Math.round(step)));
+    if (st.pending) {
+      st.wanted = step;
+      return;
+    }
+    st.pending = true;
+    send({ type: "show", step });
+  }
+  const shown = () => (st.frame ? st.frame.step : 0);
+  const current = () => (st.wanted !== null ? st.wanted : shown());
+
+  function setPlaying(on) {
+    st.playing = on;
+    $("play").textContent = on ? "❚❚ pause" : "▶ play";
+    st.lastTick = 0;
+    st.carry = 0;
+    if (on) requestAnimationFrame(tick);
+  }
+  function tick(now) {
+    if (!st.playing) return;
+    if (st.lastTick) st.carry += (st.speed * (now - st.lastTick)) / 1000;
+    st.lastTick = now;
+    const n = Math.floor(st.carry);
+    if (n > 0 && !st.pending) {
+      st.carry -= n;
+      const target = Math.min(st.hello.last_step, shown() + n);
+      show(target);
+      if (target >= st.hello.last_step) {
+        setPlaying(false);
+        return;
+      }
+    }
+    requestAnimationFrame(tick);
+  }
+  $("play").onclick = () => setPlaying(!st.playing);
+  $("back").onclick = () => { setPlaying(false); show(current() - 1); };
+  $("forward").onclick = () => { setPlaying(false); show(current() + 1); };
+  $("first").onclick = () => { setPlaying(false); show(st.hello.first_step); };
+  $("last").onclick = () => { setPlaying(false); show(st.hello.last_step); };
+  $("speed").onchange = () => { st.speed = Number($("speed").value); };
+  $("timeline").addEventListener("input", () => show(Number($("timeline").value)));
+  $("step-input").addEventListener("change", () => show(Number($("step-input").value)));
+  document.addEventListener("keydown", (e) => {
+    if (st.mode !== "replay" || e.target.tagName === "INPUT" || e.target.tagName === "SELECT") return;
+    const keys = {
+      " ": () => setPlaying(!st.playing),
+      ArrowLeft: () => $("back").onclick(),
+      ArrowRight: () => $("forward").onclick(),
+      Home: () => $("first").onclick(),
+      End: () => $("last").onclick(),
+    };
+    if (keys[e.key]) {
+      e.preventDefault();
+      keys[e.key]();
+    }
+  });
+})();
