@@ -66,6 +66,11 @@ pub struct Args {
 
 /// Runs `watch`.
 pub fn run(args: Args) -> Exit {
+    if args.attach.tui {
+        return fail(
+            "--tui draws the session in the terminal (attach --tui); watch serves it as a web page: give one or the other",
+        );
+    }
     let target = Path::new(&args.attach.addr);
     let is_file = target.is_file()
         || target
