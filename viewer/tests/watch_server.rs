@@ -177,6 +177,18 @@ fn a_ui_address_other_than_loopback_needs_a_token() {
     assert!(stderr(&out).contains("--record is for a live session"));
     let out = viewer(&["watch", &tdata("test-2d-ghost.ospc")]);
     assert_eq!(code(&out), 2, "{}", stdout(&out));
+    // With --json the URL comes as the first JSON line.
+    let mut p = spawn_viewer(&["watch", &file, "--json"]);
+    let first: Value = serde_json::from_str(&p.line().expect("a line")).expect("JSON");
+    assert_eq!(first["event"], "ui");
+    assert!(
+        first["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://127.0.0.1:"),
+        "{first}"
+    );
+    p.kill();
     // With a token, a non-loopback address serves.
     let mut p = spawn_viewer(&["watch", &file, "--ui", "0.0.0.0", "--ui-token", "t0k"]);
     let url = p.line().expect("URL");

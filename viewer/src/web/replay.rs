@@ -62,7 +62,11 @@ impl Source {
             let every = index_every(&index)?;
             Keyframes::File { path: index, every }
         } else {
-            let bar = crate::progress::bar(h.steps as u64, crate::progress::MIN_STEPS, "building the seek index");
+            let bar = crate::progress::bar(
+                h.steps as u64,
+                crate::progress::MIN_STEPS,
+                "building the seek index",
+            );
             let built = MemoryIndex::build(file, DEFAULT_EVERY, |rows| bar.set_position(rows));
             bar.finish_and_clear();
             Keyframes::Memory(built.map_err(|e| e.to_string())?)
