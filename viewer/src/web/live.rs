@@ -256,6 +256,15 @@ impl Hub {
             if let Some(d) = &drift {
                 b.strip.push(d.step.saturating_sub(1), d.step, "drift");
             }
+            // The last status line's counts, as the session ended.
+            if let Some(s) = b.status.as_mut() {
+                s.host_step = outcome.host_step;
+                s.step = outcome.step;
+                s.verified = outcome.verified;
+                s.resyncs = outcome.resyncs;
+                s.gaps = outcome.gaps.len() as u64;
+                s.backlog = 0;
+            }
         }
         let end = json!({"type": "end", "verdict": verdict["verdict"], "stop": verdict["stop"],
             "message": verdict["message"], "step": outcome.step, "verified": outcome.verified})

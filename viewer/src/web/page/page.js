@@ -257,7 +257,7 @@
       g.fillStyle = colours[kind] || "#888";
       g.fillRect(x0, 0, Math.max(kind === "verified" ? 0 : 2, x1 - x0), c.height);
     }
-    $("strip-range").textContent = ` · steps ${num(s.from)} to ${num(s.to)}`;
+    $("strip-range").textContent = ` — steps ${num(s.from)} to ${num(s.to)}`;
   }
 
   // Replay: one request in flight; the latest step wanted waits for it.
