@@ -162,7 +162,12 @@ pub fn watch(args: &[&str]) -> (Proc, String) {
                 std::env::var("OSTM_TEST_LOG").unwrap_or_else(|_| "warn".into()),
             ),
     );
-    let url = p.line().expect("the URL first");
+    let first = p.line().expect("the URL first");
+    // With --json: {"event":"ui","url":...}.
+    let url = match serde_json::from_str::<serde_json::Value>(&first) {
+        Ok(v) => v["url"].as_str().unwrap_or_default().to_string(),
+        Err(_) => first,
+    };
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     (p, url)
 }

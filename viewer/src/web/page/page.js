@@ -23,6 +23,9 @@
     lastTick: 0,
     pending: false,
     wanted: null,
+    // Replay: when the last show was sent, and how long until its frame was in the page (ms).
+    askedAt: 0,
+    shownIn: null,
     // Frames drawn, and their times in the last second.
     drawn: 0,
     times: [],
@@ -97,6 +100,7 @@
         if (!st.ended) requestAnimationFrame(() => send({ type: "ready" }));
       } else {
         st.pending = false;
+        st.shownIn = performance.now() - st.askedAt;
         if (st.wanted !== null && st.wanted !== m.step) {
           const w = st.wanted;
           st.wanted = null;
@@ -269,6 +273,7 @@
       return;
     }
     st.pending = true;
+    st.askedAt = performance.now();
     send({ type: "show", step });
   }
   const shown = () => (st.frame ? st.frame.step : 0);
