@@ -6,10 +6,13 @@
 //! with CASE one of `xxhash-rust`, `twox-hash` (XXH3-64 of a buffer the snapshot's size),
 //! `hash` (the world hash), `step`, `step+hash`, `scalar+hash`.
 
-use ostm_protocol::world::{Dims, Setup};
+use ostm_protocol::world::Dims;
 use ostm_protocol::World;
 use std::hint::black_box;
 use std::process::ExitCode;
+
+#[path = "../benches/support/mod.rs"]
+mod support;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,20 +32,10 @@ fn main() -> ExitCode {
         eprintln!("step_cost: expected BODIES 1..=64 and ITERATIONS a u32, found {bodies:?} {n:?}");
         return ExitCode::from(2);
     };
-    // The bench's world: seed 1, run 100 steps, put back every 10 000 steps.
-    let mut fresh = World::new(
-        Setup {
-            dims,
-            bodies,
-            seed: 1,
-        },
-        None,
-    );
-    for _ in 0..100 {
-        fresh.step(&[]);
-    }
+    // The bench's worlds (`benches/support`).
+    let fresh = support::world(dims, bodies);
+    let mut phases = support::Phases::new(&fresh);
     let buf: Vec<u8> = (0..fresh.snapshot_len()).map(|i| (i * 31) as u8).collect();
-    let mut w = fresh.clone();
     let run: fn(&mut World, &[u8]) = match case.as_str() {
         "xxhash-rust" => |_, b| {
             black_box(xxhash_rust::xxh3::xxh3_64(black_box(b)));
@@ -67,11 +60,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    for i in 0..n {
-        if i.is_multiple_of(10_000) {
-            w.clone_from(&fresh);
-        }
-        run(&mut w, &buf);
+    for _ in 0..n {
+        run(phases.world(), &buf);
     }
     ExitCode::SUCCESS
 }
