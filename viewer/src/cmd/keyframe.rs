@@ -57,11 +57,12 @@ pub fn run(args: Args) -> Exit {
             "bytes": text.len(),
         }),
         || {
+            let live = world.alive_count();
+            let noun = if live == 1 { "body" } else { "bodies" };
             format!(
-                "wrote {}: the world at step {} (hash {hash:016x}, {} live bodies)",
+                "wrote {}: the world at step {} (hash {hash:016x}, {live} live {noun})",
                 args.output.display(),
-                world.step,
-                world.alive_count()
+                world.step
             )
         },
     );
