@@ -7,7 +7,7 @@ use crate::cmd::verify::{add_bundle_json, written_line, BundleArgs, Written};
 use crate::exit::Exit;
 use crate::live::drift::{default_bundle_path, write_bundle};
 use crate::live::session::{self, Event, Options, Outcome, Status, Stop};
-use crate::live::tls::{Tls, TlsArgs};
+use crate::live::tls::TlsArgs;
 use ostm_protocol::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
 use ostm_protocol::fields::{density_decimal, Fields};
 use ostm_protocol::World;
@@ -273,12 +273,23 @@ pub fn with_default_port(addr: &str) -> String {
 }
 
 impl HostArgs {
-    /// The token and TLS set-up, checked before connecting.
+    /// The session options that say which host and how to reach it, shared by `attach`
+    /// and `check`: `addr` given its default port, the token and TLS (checked before
+    /// connecting), NATS's authentication and start step; the rest as by default.
     ///
     /// # Errors
     /// A token too long or unreadable, or a TLS set-up that cannot be built.
-    pub fn resolve(&self, addr: &str) -> Result<(Option<String>, Option<Tls>), String> {
-        Ok((self.token.resolve()?, self.tls.build(addr)?))
+    pub fn connect(&self, addr: &mut String) -> Result<Options, String> {
+        *addr = with_default_port(addr);
+        Ok(Options {
+            addr: addr.clone(),
+            token: self.token.resolve()?,
+            tls: self.tls.build(addr)?,
+            nats_auth: self.nats.clone(),
+            from_step: self.from_step,
+            verifier_nice: session::VERIFIER_NICENESS,
+            ..Options::default()
+        })
     }
 }
 
@@ -287,14 +298,8 @@ impl HostArgs {
 /// # Errors
 /// The token or TLS options cannot be used with the address.
 pub fn options(args: &mut Args) -> Result<Options, String> {
-    args.addr = with_default_port(&args.addr);
-    let (token, tls) = args.host.resolve(&args.addr)?;
+    let host = args.host.connect(&mut args.addr)?;
     Ok(Options {
-        addr: args.addr.clone(),
-        token,
-        tls,
-        nats_auth: args.host.nats.clone(),
-        from_step: args.host.from_step,
         steps: args.steps,
         until: args.until,
         record: args.recording.record.clone(),
@@ -308,8 +313,7 @@ pub fn options(args: &mut Args) -> Result<Options, String> {
         verifier_nice: args.verifier_nice,
         fields: args.fields,
         fields_at: args.fields_at.iter().copied().collect(),
-        frames: None,
-        interrupt: session::Interrupt::default(),
+        ..host
     })
 }
 

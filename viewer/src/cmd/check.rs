@@ -47,9 +47,11 @@ pub struct Args {
 
 /// Runs `check`.
 pub fn run(mut args: Args) -> Exit {
-    args.addr = crate::cmd::attach::with_default_port(&args.addr);
-    let (token, tls) = match args.host.resolve(&args.addr) {
-        Ok(t) => t,
+    let opts = match args.host.connect(&mut args.addr) {
+        Ok(host) => Options {
+            steps: Some(args.steps),
+            ..host
+        },
         Err(e) => {
             if args.json {
                 println!(
@@ -61,16 +63,6 @@ pub fn run(mut args: Args) -> Exit {
             }
             return Exit::Failure;
         }
-    };
-    let opts = Options {
-        addr: args.addr.clone(),
-        token,
-        tls,
-        nats_auth: args.host.nats.clone(),
-        from_step: args.host.from_step,
-        verifier_nice: crate::live::session::VERIFIER_NICENESS,
-        steps: Some(args.steps),
-        ..Options::default()
     };
     let outcome = session::run(&opts, |_| {});
     let (mut exit, line, mut obj) = verdict(&outcome);

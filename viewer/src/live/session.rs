@@ -230,8 +230,8 @@ struct State {
     fields_due: BTreeSet<u64>,
     fields_missed: Vec<(u64, String)>,
     backlog_peak: Backlog,
-    /// Steps verified since the current world's snapshot.
-    since_snapshot: u64,
+    /// A step has been verified since the current world's snapshot.
+    stepped: bool,
 }
 
 impl State {
@@ -241,7 +241,7 @@ impl State {
             if f.take() {
                 events(Event::Frame {
                     world: &self.world,
-                    verified: self.since_snapshot > 0,
+                    verified: self.stepped,
                 });
             }
         }
@@ -385,7 +385,7 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         fields_due: opts.fields_at.clone(),
         fields_missed: Vec::new(),
         backlog_peak: Backlog::default(),
-        since_snapshot: 0,
+        stepped: false,
     };
     shared.viewer_step.store(st.world.step, Ordering::Relaxed);
     let why = format!("the viewer attached at step {}, after it", st.world.step);
@@ -535,7 +535,7 @@ fn verify_loop(
                 }
                 trail.verified(&r.input, &st.world);
                 st.verified += 1;
-                st.since_snapshot += 1;
+                st.stepped = true;
                 shared.viewer_step.store(st.world.step, Ordering::Relaxed);
                 st.reached(opts, "", events);
                 st.frame(opts, events);
@@ -569,7 +569,7 @@ fn verify_loop(
                 }
                 st.resyncs += 1;
                 st.world = world;
-                st.since_snapshot = 0;
+                st.stepped = false;
                 trail.restart(&st.world);
                 let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
                     Some(Err(e)) => {
@@ -624,7 +624,7 @@ fn verify_loop(
                 };
                 st.connection = shared.connection.load(Ordering::SeqCst);
                 st.world = world;
-                st.since_snapshot = 0;
+                st.stepped = false;
                 trail.restart(&st.world);
                 let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
                     Some(Err(e)) => {
