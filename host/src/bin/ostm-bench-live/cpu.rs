@@ -52,6 +52,22 @@ pub fn proc_cpu(pid: u32) -> Duration {
     Duration::from_nanos(ns)
 }
 
+/// The CPU time so far of a running process's thread named `name` (its comm), from its
+/// schedstat; `None` when it has no such thread.
+pub fn thread_cpu(pid: u32, name: &str) -> Option<Duration> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks.flatten().find_map(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+        if comm.trim_end() != name {
+            return None;
+        }
+        let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+        Some(Duration::from_nanos(
+            s.split_whitespace().next()?.parse().ok()?,
+        ))
+    })
+}
+
 /// A process's resident set (VmRSS) in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

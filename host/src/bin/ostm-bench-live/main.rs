@@ -32,10 +32,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// The name ostm-host gives its stepping loop's thread (serve.rs, `STEPPER_THREAD`).
+const STEPPER_THREAD: &str = "ostm-stepper";
+
 const USAGE: &str = "usage: ostm-bench-live [--host PATH] [--viewer PATH] [--viewers 1,10,100,1000]
        [--rate 60,max] [--seconds 5] [--transport tcp[,nats]] [--nats URL] [--nats-pid PID]
        [--attach-steps 2000000] [--attach-runs 2] [--out DIR]
        ostm-bench-live plain-host --viewers N --rate R|max --stamps FILE --stamp-every K
+       ostm-bench-live readers --addr HOST:PORT --viewers N
 
 Examples:
   ostm-bench-live --host target/release/ostm-host --rate 60 --viewers 1000 --seconds 10
@@ -174,6 +178,7 @@ struct Row {
     host_steps_per_s: f64,
     verified_per_viewer_per_s: f64,
     host_cpu_per_step_us: f64,
+    stepper_cpu_per_step_us: f64,
     host_cpu_per_record_us: f64,
     viewers_cpu_per_record_us: f64,
     nats_cpu_per_record_us: Option<f64>,
@@ -276,6 +281,7 @@ struct Mark {
     at: Instant,
     ns: u128,
     host: Duration,
+    stepper: Option<Duration>,
     viewers: Duration,
     nats: Duration,
     machine_busy: u64,
@@ -288,6 +294,7 @@ fn mark(pid: u32, nats_pid: Option<u32>, counts: &[Arc<readers::Counts>]) -> Mar
         at: Instant::now(),
         ns: readers::now_ns(),
         host: cpu::proc_cpu(pid),
+        stepper: cpu::thread_cpu(pid, STEPPER_THREAD),
         viewers: cpu::self_cpu(),
         nats: nats_pid.map_or(Duration::ZERO, cpu::proc_cpu),
         machine_busy: cpu::machine_ticks().0,
@@ -314,7 +321,9 @@ fn run_case(
     let session = format!("bench{}x{case}", std::process::id());
     let server = start_server(args, t, rate, n, &stamps, &session);
     let pid = server.child.id();
-    std::thread::sleep(Duration::from_millis(300));
+    // At --rate max the host's record ring is full by then, so that what it holds is not
+    // counted against the viewers.
+    std::thread::sleep(Duration::from_secs(1));
     let rss_before = cpu::rss_kib(pid);
     let attached = Arc::new(AtomicUsize::new(0));
     let stop = CancellationToken::new();
@@ -411,6 +420,10 @@ fn run_case(
         host_steps_per_s,
         verified_per_viewer_per_s: records / n as f64 / secs,
         host_cpu_per_step_us: us(host_cpu, host_steps),
+        stepper_cpu_per_step_us: match (a.stepper, b.stepper) {
+            (Some(x), Some(y)) => us(y.saturating_sub(x), host_steps),
+            _ => f64::NAN,
+        },
         host_cpu_per_record_us: us(host_cpu, records),
         viewers_cpu_per_record_us: us(b.viewers.saturating_sub(a.viewers), records),
         nats_cpu_per_record_us: (t == Transport::Nats && args.nats_pid.is_some())
@@ -444,12 +457,13 @@ fn print_row(r: &Row, plain: Option<&Row>) {
         f(r.memory_per_viewer_kib, 1)
     };
     println!(
-        "| {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {mem} | {} | {} |",
+        "| {} | {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {mem} | {} | {} |",
         r.transport.name(),
         r.viewers,
         f(r.host_steps_per_s, 0),
         f(r.verified_per_viewer_per_s, 0),
         f(r.host_cpu_per_step_us, 1),
+        f(r.stepper_cpu_per_step_us, 1),
         f(r.host_cpu_per_record_us, 2),
         f(r.viewers_cpu_per_record_us, 2),
         r.nats_cpu_per_record_us.map_or("-".into(), |x| f(x, 2)),
@@ -463,8 +477,10 @@ fn print_row(r: &Row, plain: Option<&Row>) {
 
 fn main() {
     let mut raw = std::env::args().skip(1);
-    if raw.next().as_deref() == Some("plain-host") {
-        return plain_host(raw.collect());
+    match raw.next().as_deref() {
+        Some("plain-host") => return plain_host(raw.collect()),
+        Some("readers") => return readers_only(raw.collect()),
+        _ => {}
     }
     let args = parse();
     let most = args.viewers.iter().copied().max().unwrap_or(1) as u64;
@@ -488,8 +504,8 @@ fn main() {
             args.window.as_secs()
         );
         println!();
-        println!("| transport | viewers | host steps/s | verified steps/s per viewer | host CPU per step (µs) | host CPU per delivered record (µs) | × plain loop | viewers' CPU per verified step (µs) | nats-server CPU per delivered record (µs) | p50 latency (µs) | p99 latency (µs) | resyncs | host memory per viewer (KiB) | other load (cores) | failed |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("| transport | viewers | host steps/s | verified steps/s per viewer | host CPU per step (µs) | stepping thread CPU per step (µs) | host CPU per delivered record (µs) | × plain loop | viewers' CPU per verified step (µs) | nats-server CPU per delivered record (µs) | p50 latency (µs) | p99 latency (µs) | resyncs | host memory per viewer (KiB) | other load (cores) | failed |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for &n in &args.viewers {
             case += 1;
             let plain = run_case(&args, &rt, Transport::Plain, rate, n, case);
@@ -530,4 +546,59 @@ fn plain_host(rest: Vec<String>) {
         }
     }
     plain::main(viewers, rate, &stamps, every);
+}
+
+/// `readers --addr HOST:PORT --viewers N`: N in-process viewers of a host started
+/// elsewhere (under a profiler, say), until its stream ends; prints what they verified.
+fn readers_only(rest: Vec<String>) {
+    let (mut addr, mut n) = (String::new(), 1usize);
+    let mut it = rest.into_iter();
+    while let Some(k) = it.next() {
+        let v = it.next().unwrap_or_default();
+        match k.as_str() {
+            "--addr" => addr = v,
+            "--viewers" => n = v.parse().unwrap_or(1),
+            _ => fail(&format!("readers: unknown option {k}")),
+        }
+    }
+    if let Err(e) = cpu::raise_fd_limit(n as u64 + 64) {
+        fail(&e);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let attached = Arc::new(AtomicUsize::new(0));
+    let stop = CancellationToken::new();
+    let results: Vec<Result<Verifier, String>> = rt.block_on(async {
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                tokio::spawn(readers::tcp(
+                    addr.clone(),
+                    Verifier::new(u64::MAX),
+                    attached.clone(),
+                    stop.clone(),
+                ))
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap_or_else(|e| Err(e.to_string())));
+        }
+        out
+    });
+    let verified: u64 = results
+        .iter()
+        .flatten()
+        .map(|v| v.counts.verified.load(Ordering::Relaxed))
+        .sum();
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    for e in results.iter().filter_map(|r| r.as_ref().err()) {
+        eprintln!("viewer failed: {e}");
+    }
+    println!(
+        "viewers {n} attached {} failed {failed} verified {verified}",
+        attached.load(Ordering::Relaxed)
+    );
 }

@@ -31,8 +31,9 @@ fn frame(m: &ToViewer) -> bytes::Bytes {
 
 pub fn main(viewers: usize, rate: Option<u32>, stamps: &std::path::Path, every: u64) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    // SAFETY: setsockopt on the listener's own descriptor with an int we own; accepted
-    // sockets inherit the option, as ostm-host's do.
+    // SAFETY: setsockopt and listen on the listener's own descriptor with an int we own;
+    // accepted sockets inherit the send buffer, as ostm-host's do, and the backlog is
+    // ostm-host's (std's 128 would refuse some of 1 000 viewers connecting at once).
     unsafe {
         libc::setsockopt(
             listener.as_raw_fd(),
@@ -41,6 +42,7 @@ pub fn main(viewers: usize, rate: Option<u32>, stamps: &std::path::Path, every: 
             (&SEND_BUFFER as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         );
+        libc::listen(listener.as_raw_fd(), 1024);
     }
     println!("listening on {}", listener.local_addr().expect("addr"));
     let _ = std::io::stdout().flush();
