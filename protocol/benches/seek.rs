@@ -7,10 +7,7 @@
 //! (every 4096 steps) and runs on.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ostm_protocol::op::{encode_input, Op};
-use ostm_protocol::recording::Recorder;
 use ostm_protocol::seek::{default_index_path, run_to, seek, write_index, DEFAULT_EVERY};
-use ostm_protocol::world::{Dims, Setup, World};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -22,28 +19,7 @@ fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("long.ostm");
     // 3D, 24 bodies, an impulse on one body every 100 steps so the world keeps moving.
-    let mut world = World::new(
-        Setup {
-            dims: Dims::Three,
-            bodies: 24,
-            seed: 12_345,
-        },
-        None,
-    );
-    let mut rec = Recorder::create(&path, &world, false).expect("recorder");
-    for i in 0..steps {
-        let ops = if i % 100 == 0 {
-            vec![Op::Impulse {
-                body: (i / 100 % 24) as u8,
-                d: [40, 90, -30],
-            }]
-        } else {
-            vec![]
-        };
-        world.step(&ops);
-        rec.push(&encode_input(&ops), world.hash()).expect("record");
-    }
-    rec.finish().expect("finish");
+    ostm_protocol::testdata::write_moving_replay(&path, 24, steps).expect("the replay");
     let index = default_index_path(&path);
     write_index(&path, &index, DEFAULT_EVERY, |_| {}).expect("index");
     // The middle, plus a little so the seek runs on from its keyframe.

@@ -382,3 +382,37 @@ pub fn golden_json(g: &Golden) -> String {
     s.push('\n');
     s
 }
+
+/// Writes a long replay for the benchmarks (`benches/seek.rs`, the viewer's
+/// `benches/watch.rs`): 3D, `bodies` bodies, seed 12 345, an impulse on one body every 100
+/// steps so the world keeps moving and nothing spawned or removed, with hash rows, through
+/// the [`crate::recording::Recorder`].
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write_moving_replay(path: &std::path::Path, bodies: u8, steps: u32) -> std::io::Result<()> {
+    use crate::op::{encode_input, Op};
+    let mut world = World::new(
+        Setup {
+            dims: Dims::Three,
+            bodies,
+            seed: 12_345,
+        },
+        None,
+    );
+    let mut rec = crate::recording::Recorder::create(path, &world, false)?;
+    for i in 0..steps {
+        let ops = if i % 100 == 0 {
+            vec![Op::Impulse {
+                body: (i / 100 % bodies.max(1) as u32) as u8,
+                d: [40, 90, -30],
+            }]
+        } else {
+            vec![]
+        };
+        world.step(&ops);
+        rec.push(&encode_input(&ops), world.hash())?;
+    }
+    rec.finish()?;
+    Ok(())
+}

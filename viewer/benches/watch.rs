@@ -25,9 +25,6 @@ mod live_support;
 
 use browser::{watch, Browser};
 use live_support::Host;
-use ostm_protocol::op::{encode_input, Op};
-use ostm_protocol::recording::Recorder;
-use ostm_protocol::world::{Dims, Setup, World};
 use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -114,28 +111,7 @@ async fn refresh_rate(b: &Browser) -> f64 {
 /// Writes a replay of `steps` steps (3D, `bodies` bodies, an impulse every 100 steps,
 /// nothing spawned or removed).
 fn long_replay(path: &std::path::Path, bodies: u8, steps: u32) {
-    let mut world = World::new(
-        Setup {
-            dims: Dims::Three,
-            bodies,
-            seed: 12_345,
-        },
-        None,
-    );
-    let mut rec = Recorder::create(path, &world, false).expect("recorder");
-    for i in 0..steps {
-        let ops = if i % 100 == 0 {
-            vec![Op::Impulse {
-                body: (i / 100 % bodies as u32) as u8,
-                d: [40, 90, -30],
-            }]
-        } else {
-            vec![]
-        };
-        world.step(&ops);
-        rec.push(&encode_input(&ops), world.hash()).expect("record");
-    }
-    rec.finish().expect("finish");
+    ostm_protocol::testdata::write_moving_replay(path, bodies, steps).expect("the replay");
 }
 
 /// Opens `url` and shows 40 steps spread over `0..=steps`; returns the times (ms) from each
