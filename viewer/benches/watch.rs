@@ -16,7 +16,8 @@
 //!    with keyframes in memory and from the index file beside it; the baseline is
 //!    `ostm-viewer render FILE --step N` for the middle step (which runs from step 0).
 //!
-//! Environment: OSTM_BENCH_SECS (10), OSTM_BENCH_RUNS (3), OSTM_BENCH_SEEK_STEPS (16777216).
+//! Environment: OSTM_BENCH_SECS (10), OSTM_BENCH_RUNS (3), OSTM_BENCH_SEEK_STEPS (16777216),
+//! OSTM_BENCH_BROWSER_NICE (0: chromedriver and Chromium at this process's priority).
 
 #[path = "../tests/browser/mod.rs"]
 mod browser;
@@ -162,7 +163,9 @@ async fn main() {
     let secs = env("OSTM_BENCH_SECS", 10).max(2);
     let runs = env("OSTM_BENCH_RUNS", 3).max(1);
     let seek_steps = env("OSTM_BENCH_SEEK_STEPS", 16_777_216) as u32;
-    let b = Browser::start(1500, 1150).await;
+    let nice = env("OSTM_BENCH_BROWSER_NICE", 0) as u32;
+    println!("the browser runs {nice} nice steps down");
+    let b = Browser::start_nice(1500, 1150, nice).await;
     let (mut attach, mut watched, mut fps_max, mut alive) = (vec![], vec![], vec![], vec![]);
     for r in 0..runs {
         let a = attach_run(secs);

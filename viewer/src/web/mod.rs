@@ -4,8 +4,8 @@
 //! server from the same drawing code ([`frame`]); [`live`] feeds tabs from a live session
 //! without ever slowing its verifier, [`replay`] from a replay file through its seek index.
 //!
-//! Per tab: at most one frame for each `ready` (the page sends one per display refresh
-//! once it has drawn the last), at most one frame per [`MIN_FRAME_GAP`], and at most
+//! Per tab: at most one frame for each `ready` (the page sends one at a display refresh
+//! when none is in flight), at most one frame per [`MIN_FRAME_GAP`], and at most
 //! [`TAB_QUEUE`] messages waiting to be written; a status message that finds the queue
 //! full is dropped (the next one replaces it).
 

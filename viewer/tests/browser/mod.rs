@@ -43,6 +43,12 @@ pub struct Browser {
 impl Browser {
     /// Starts chromedriver and a headless Chromium `width` x `height` pixels.
     pub async fn start(width: u32, height: u32) -> Browser {
+        Browser::start_nice(width, height, 0).await
+    }
+
+    /// [`Browser::start`] with chromedriver and the browser `nice` steps down (0: as this
+    /// process).
+    pub async fn start_nice(width: u32, height: u32, nice: u32) -> Browser {
         let chromium = installed(
             "chromium",
             "CHROMIUM",
@@ -55,7 +61,12 @@ impl Browser {
             &["/usr/bin/chromedriver"],
             "chromium-driver",
         );
-        let mut driver = Proc::spawn(Command::new(driver_bin).args(["--port=0"]));
+        let mut cmd = Command::new("nice");
+        cmd.arg("-n")
+            .arg(nice.to_string())
+            .arg(driver_bin)
+            .arg("--port=0");
+        let mut driver = Proc::spawn(&mut cmd);
         let line = driver.wait_line(|l| l.contains("started successfully on port"));
         let port: u16 = line
             .trim_end_matches('.')

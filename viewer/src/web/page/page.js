@@ -1,8 +1,8 @@
 // The page of `ostm-viewer watch` (docs/watch.md). Everything it draws comes from the
 // viewer: each frame's SVG is the picture `ostm-viewer render` writes for that world, put
-// into the page as it is. The page asks for the next frame once it has drawn one (live:
-// `ready` at the next display refresh; replay: `show` a step), so a slow tab gets fewer
-// frames and never more than it can draw.
+// into the page as it is. The page asks for one frame at a time (live: `ready` at a
+// display refresh, the frame drawn at the next; replay: `show` a step), so a slow tab gets
+// fewer frames and never more than it can draw.
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
@@ -23,6 +23,9 @@
     lastTick: 0,
     pending: false,
     wanted: null,
+    // Live: the frame received and not drawn yet, and whether a ready is in flight.
+    inbox: null,
+    asked: true,
     // Replay: when the last show was sent, and how long until its frame was in the page (ms).
     askedAt: 0,
     shownIn: null,
@@ -85,6 +88,7 @@
         $("ghost-note").hidden = false;
         $("ghost-note").textContent = m.ghost_note;
       }
+      if (m.mode === "live") requestAnimationFrame(refresh);
       if (m.mode === "replay") {
         for (const el of [$("timeline"), $("step-input")]) {
           el.min = m.first_step;
@@ -95,10 +99,12 @@
     },
 
     frame(m) {
-      draw(m);
       if (st.mode === "live") {
-        if (!st.ended) requestAnimationFrame(() => send({ type: "ready" }));
+        // Drawn at the next display refresh; the next is asked for then.
+        st.inbox = m;
+        st.asked = false;
       } else {
+        draw(m);
         st.pending = false;
         st.shownIn = performance.now() - st.askedAt;
         if (st.wanted !== null && st.wanted !== m.step) {
@@ -172,6 +178,22 @@
       }
     },
   };
+
+  // Live, at each display refresh: draw the frame that came since the last one, and ask
+  // for the next (one request in flight), so the viewer draws the next frame while the
+  // browser paints this one: at most one frame per refresh, and no refresh lost waiting.
+  function refresh() {
+    requestAnimationFrame(refresh);
+    if (st.inbox) {
+      const m = st.inbox;
+      st.inbox = null;
+      draw(m);
+    }
+    if (!st.asked && !st.ended && ws.readyState === WebSocket.OPEN) {
+      st.asked = true;
+      send({ type: "ready" });
+    }
+  }
 
   // A frame: the viewer's picture as it is, then the page's own marks on top of it.
   function draw(m) {
