@@ -24,6 +24,10 @@ pub fn now_ns() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
+/// Records a viewer verifies before it lets the other viewers of its thread run: like a
+/// viewer process of its own, none may keep the others from reading for long.
+const YIELD_EVERY: u64 = 64;
+
 /// What one viewer has done so far, read by the bench while it runs.
 #[derive(Debug, Default)]
 pub struct Counts {
@@ -107,6 +111,7 @@ pub async fn tcp(
         .await
         .map_err(|e| e.to_string())?;
     let mut beat = tokio::time::interval(Duration::from_secs(1));
+    let mut taken: u64 = 0;
     loop {
         let msg = tokio::select! {
             _ = stop.cancelled() => break,
@@ -128,7 +133,16 @@ pub async fn tcp(
                 }
                 v.snapshot(world, kind == SnapshotKind::Resync);
             }
-            ToViewer::Record(r) => v.record(&r)?,
+            ToViewer::Record(r) => {
+                v.record(&r)?;
+                taken += 1;
+                if taken.is_multiple_of(YIELD_EVERY) {
+                    // Frames already buffered cost no budget: without this, one viewer
+                    // far behind would hold its thread for as long as its backlog lasts
+                    // while the host's writes to the others stall.
+                    tokio::task::yield_now().await;
+                }
+            }
             ToViewer::End(_) => break,
             _ => {}
         }
@@ -244,6 +258,7 @@ pub async fn nats(
         } else if subject == end {
             break;
         }
+        tokio::task::yield_now().await;
     }
     Ok(v)
 }
