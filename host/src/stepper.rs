@@ -41,11 +41,13 @@ pub struct Plan {
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 
 /// Bytes of record frames are taken from chunks of this size: the hub's ring holds its
-/// records (65 536 by default) as slices of a few shared chunks, not one allocation each.
-const FRAME_CHUNK: usize = 64 * 1024;
+/// records (65 536 by default) as slices of shared chunks, not one allocation each. Small,
+/// because a connection stuck writing an old batch keeps that batch's chunks alive: at
+/// most two per viewer.
+const FRAME_CHUNK: usize = 8 * 1024;
 /// A new chunk is begun when less than this is left in the current one (a frame larger
 /// than what is left is still encoded whole, into a chunk of its own).
-const FRAME_ROOM: usize = 1024;
+const FRAME_ROOM: usize = 256;
 
 /// Encodes the stepping loop's record frames into shared chunks ([`FRAME_CHUNK`]).
 ///
