@@ -337,7 +337,7 @@ fn a_viewer_on_another_node_of_a_cluster_verifies() {
 const DRIFT_STEP: u64 = 3000;
 
 /// The host's hash at `DRIFT_STEP` when body `body`'s velocity.y there gained 1, and the
-/// viewer's (the unchanged world's), computed here.
+/// viewer's (the unchanged world's), computed here, as the report prints them.
 fn drift_hashes(body: usize) -> (String, String) {
     let clean = default_world_at(DRIFT_STEP);
     let mut changed = clean.clone();
@@ -349,8 +349,13 @@ fn drift_hashes(body: usize) -> (String, String) {
 }
 
 /// A NATS viewer that reads the session from its first keyframe (`--from-step 0`) and
-/// checks 5 000 steps: its last stdout line as JSON.
-fn check_from_start(nats: &Nats, session: &str) -> (i32, serde_json::Value, String) {
+/// checks 5 000 steps: it must find the drift planted on body `body` at `DRIFT_STEP` and
+/// report both hashes. Returns the report's drift object and the two hashes.
+fn drift_from_start(
+    nats: &Nats,
+    session: &str,
+    body: usize,
+) -> (serde_json::Value, String, String) {
     let addr = format!("{}/{session}", nats.url());
     let out = viewer(&[
         "check",
@@ -363,8 +368,18 @@ fn check_from_start(nats: &Nats, session: &str) -> (i32, serde_json::Value, Stri
         "--no-bundle",
     ]);
     let text = stdout(&out);
-    let last = json(text.lines().last().unwrap_or("null"));
-    (code(&out), last, format!("{text}{}", stderr(&out)))
+    assert_eq!(code(&out), 1, "drift exits 1: {text}{}", stderr(&out));
+    let v = json(text.lines().last().unwrap_or("null"));
+    assert_eq!(v["verdict"], "drift", "{v}");
+    let d = v["drift"].clone();
+    let (host_hash, viewer_hash) = drift_hashes(body);
+    assert_eq!(d["step"], DRIFT_STEP, "{d}");
+    assert_eq!(
+        (d["host_hash"].as_str(), d["viewer_hash"].as_str()),
+        (Some(host_hash.as_str()), Some(viewer_hash.as_str())),
+        "{d}"
+    );
+    (d, host_hash, viewer_hash)
 }
 
 /// While the host runs, a NATS viewer's drift request reaches it by request/reply: the
@@ -385,17 +400,7 @@ fn drift_through_nats_asks_the_running_host_and_reports_the_stages() {
         &["--steps", "40000", "--ring", "30000", "--perturb", &perturb],
     );
     host.wait_status(|v| v["nats_published"].as_u64().unwrap_or(0) >= 100);
-    let (rc, v, text) = check_from_start(&nats, "drift");
-    assert_eq!(rc, 1, "drift exits 1: {text}");
-    assert_eq!(v["verdict"], "drift", "{v}");
-    let d = &v["drift"];
-    let (host_hash, viewer_hash) = drift_hashes(body);
-    assert_eq!(d["step"], DRIFT_STEP, "{d}");
-    assert_eq!(
-        (&d["host_hash"], &d["viewer_hash"]),
-        (&host_hash.into(), &viewer_hash.into()),
-        "{d}"
-    );
+    let (d, _, _) = drift_from_start(&nats, "drift", body);
     assert_eq!(d["body"], body, "{d}");
     assert_eq!(d["field"], "velocity.y", "{d}");
     assert_eq!(
@@ -435,17 +440,7 @@ fn drift_through_nats_after_the_host_has_gone_says_so_and_gives_both_hashes() {
         end["nats_published"], 6000,
         "every step is on the stream: {end}"
     );
-    let (rc, v, text) = check_from_start(&nats, "gone");
-    assert_eq!(rc, 1, "drift exits 1: {text}");
-    assert_eq!(v["verdict"], "drift", "{v}");
-    let d = &v["drift"];
-    let (host_hash, viewer_hash) = drift_hashes(body);
-    assert_eq!(d["step"], DRIFT_STEP, "{d}");
-    assert_eq!(
-        (&d["host_hash"], &d["viewer_hash"]),
-        (&host_hash.clone().into(), &viewer_hash.clone().into()),
-        "{d}"
-    );
+    let (d, host_hash, viewer_hash) = drift_from_start(&nats, "gone", body);
     assert_eq!(
         d["summary"],
         format!("drift at step {DRIFT_STEP}: host hash {host_hash}, viewer hash {viewer_hash}"),
