@@ -44,7 +44,8 @@ pub enum Stages {
     },
     /// Every stage's hash agrees, yet the world the host streamed differs.
     AllAgree,
-    /// The host could not recompute (the snapshot before was no longer held).
+    /// The host's stage hashes are not known: why (its snapshot before the step is no
+    /// longer held, or no reply came).
     Unknown(String),
 }
 
@@ -120,10 +121,21 @@ pub fn on_drift(e: &Evidence) -> DriftReport {
                 None => Stages::AllAgree,
             }
         }
-        None => Stages::Unknown(
-            "the host could not recompute the step (its snapshot before it is no longer held)"
-                .into(),
-        ),
+        None => Stages::Unknown(match &e.reply {
+            Some(DriftReply {
+                status: DriftStatus::TooOld,
+                ..
+            }) => {
+                "the host could not recompute the step (it no longer holds its snapshot before it)"
+                    .into()
+            }
+            Some(DriftReply {
+                status: DriftStatus::NotReached,
+                ..
+            }) => "the host could not recompute the step (it has not reached it)".into(),
+            Some(_) => "the host's reply carries no stage hashes".into(),
+            None => "no reply came from the host, so its stage hashes are unknown".into(),
+        }),
     };
     let mut report = DriftReport {
         step: e.step,
@@ -407,5 +419,47 @@ pub(crate) mod tests {
         let b = r.bundle.unwrap();
         assert!(b.reference.is_none() && b.writer.is_some());
         assert_eq!(b.check().mismatch.map(|m| m.step), Some(1));
+    }
+
+    /// Without the host's stage hashes the report says why, from what the host answered
+    /// or from why it could not be asked; each case words it differently.
+    #[test]
+    fn says_why_the_stages_are_unknown() {
+        let stages = |reply: Option<DriftReply>, no_reply: Option<&str>| {
+            let mut e = evidence(|w| w.bodies[2].vel[1] += 1, |_| [0; 4]);
+            e.reply = reply;
+            e.no_reply = no_reply.map(str::to_string);
+            let r = on_drift(&e);
+            match r.stages {
+                Stages::Unknown(why) => (why, r.note),
+                other => panic!("stages should be unknown, found {other:?}"),
+            }
+        };
+        let answer = |status| {
+            Some(DriftReply {
+                step: 1,
+                status,
+                world: None,
+                stages: None,
+            })
+        };
+        let (too_old, note) = stages(answer(DriftStatus::TooOld), None);
+        assert!(
+            too_old.contains("no longer holds its snapshot"),
+            "{too_old}"
+        );
+        assert_eq!(
+            note.as_deref(),
+            Some("the host no longer holds its snapshot at that step")
+        );
+        let (not_reached, _) = stages(answer(DriftStatus::NotReached), None);
+        assert!(not_reached.contains("has not reached it"), "{not_reached}");
+        let (gone, note) = stages(None, Some("no host answers; the host has gone"));
+        assert_eq!(
+            gone,
+            "no reply came from the host, so its stage hashes are unknown"
+        );
+        assert_eq!(note.as_deref(), Some("no host answers; the host has gone"));
+        assert!(too_old != not_reached && not_reached != gone && gone != too_old);
     }
 }

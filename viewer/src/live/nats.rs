@@ -132,7 +132,7 @@ pub async fn run(
     spool: Arc<Spool>,
     shared: Arc<Shared>,
     mut from_verifier: mpsc::UnboundedReceiver<ToHost>,
-    replies: std::sync::mpsc::Sender<Option<DriftReply>>,
+    replies: std::sync::mpsc::Sender<Result<DriftReply, String>>,
 ) -> Ended {
     let t = &dial.target;
     let client = match dial.auth.connect_options().await {
@@ -294,6 +294,14 @@ pub async fn run(
                 Ok([ToViewer::End(e)]) => {
                     batch.push(Item::End(e.clone()));
                     let _ = spool.push_all(&mut batch);
+                    // The verifier may still be behind and find a drift: its request goes
+                    // to the host as before (which answers, or is gone) until the session
+                    // drops the reader.
+                    while let Some(r) = from_verifier.recv().await {
+                        if let ToHost::DriftRequest { step } = r {
+                            let _ = replies.send(drift(&client, &t.subject("drift"), step).await);
+                        }
+                    }
                     return Ended::End(e.clone());
                 }
                 Ok(_) => {
@@ -391,15 +399,36 @@ async fn find_keyframe(
     })
 }
 
-/// Asks the host for its snapshot at `step` by request/reply; `None` when no host answers.
-async fn drift(client: &async_nats::Client, subject: &str, step: u64) -> Option<DriftReply> {
-    let req = ViewerCodec::encode_frame(&ToHost::DriftRequest { step }).ok()?;
+/// Asks the host for its snapshot at `step` by request/reply; `Err(why)` when no host
+/// answers, or its answer is not one drift reply.
+async fn drift(
+    client: &async_nats::Client,
+    subject: &str,
+    step: u64,
+) -> Result<DriftReply, String> {
+    let req = ViewerCodec::encode_frame(&ToHost::DriftRequest { step })
+        .map_err(|e| format!("the drift request for step {step} does not encode: {e}"))?;
     let reply = tokio::time::timeout(DRIFT_TIMEOUT, client.request(subject.to_string(), req.0))
         .await
-        .ok()?
-        .ok()?;
-    match frames(subject, &reply.payload).ok()?.as_slice() {
-        [ToViewer::DriftReply(d)] => Some(d.clone()),
-        _ => None,
+        .map_err(|_| {
+            format!(
+                "no host answered the drift request on {subject} within {} s; the host has gone",
+                DRIFT_TIMEOUT.as_secs()
+            )
+        })?
+        .map_err(|e| match e.kind() {
+            async_nats::RequestErrorKind::NoResponders => {
+                format!("no host answers drift requests on {subject} any more; the host has gone")
+            }
+            _ => format!("the drift request on {subject} failed: {e}"),
+        })?;
+    match frames(subject, &reply.payload) {
+        Ok(f) => match f.as_slice() {
+            [ToViewer::DriftReply(d)] => Ok(d.clone()),
+            _ => Err(format!(
+                "the answer on {subject} is not one drift reply frame (0x86)"
+            )),
+        },
+        Err(e) => Err(format!("the answer on {subject} is malformed: {e}")),
     }
 }

@@ -85,13 +85,17 @@ impl Interrupt {
     }
 }
 
+/// Why a drift request on TCP gets no answer once the connection has ended.
+pub const HOST_CLOSED: &str = "the host has closed the connection; it cannot be asked any more";
+
 /// The reader's thread and what the verifier uses to reach the host.
 pub struct Network {
     thread: Option<std::thread::JoinHandle<()>>,
     cancel: CancellationToken,
     to_host: mpsc::UnboundedSender<ToHost>,
-    /// Drift replies, and `None` when a connection ends (no reply will come on it).
-    pub replies: std::sync::mpsc::Receiver<Option<DriftReply>>,
+    /// Drift replies, and `Err(why)` when none will come (the connection that would carry
+    /// it has ended, or no host answered the request).
+    pub replies: std::sync::mpsc::Receiver<Result<DriftReply, String>>,
 }
 
 impl Network {
@@ -246,7 +250,7 @@ struct Reader {
     shared: Arc<Shared>,
     cancel: CancellationToken,
     from_verifier: mpsc::UnboundedReceiver<ToHost>,
-    replies: std::sync::mpsc::Sender<Option<DriftReply>>,
+    replies: std::sync::mpsc::Sender<Result<DriftReply, String>>,
 }
 
 impl Reader {
@@ -311,7 +315,7 @@ impl Reader {
                 return;
             }
             let ended = self.stream(conn, attached).await;
-            let _ = self.replies.send(None);
+            let _ = self.replies.send(Err(HOST_CLOSED.into()));
             let again = self.dial.reconnect.is_some();
             match ended {
                 Ended::Cancelled => return,
@@ -440,7 +444,7 @@ impl Reader {
                             shared.host_step.fetch_max(host_step, Ordering::Relaxed);
                         }
                         ToViewer::DriftReply(d) => {
-                            let _ = replies.send(Some(d));
+                            let _ = replies.send(Ok(d));
                         }
                         ToViewer::End(e) => {
                             batch.push(Item::End(e.clone()));

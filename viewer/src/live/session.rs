@@ -699,18 +699,26 @@ fn drift(
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match net.replies.recv_timeout(left) {
-                Ok(Some(d)) if d.step == step => {
+                Ok(Ok(d)) if d.step == step => {
                     reply = Some(d);
                     break;
                 }
-                Ok(Some(_)) => continue,
-                Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    no_reply = Some(
-                        "the host has closed the connection; it cannot be asked any more".into(),
-                    );
+                Ok(Ok(_)) => continue,
+                Ok(Err(why)) => {
+                    no_reply = Some(why);
                     break;
                 }
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    no_reply = Some(super::network::HOST_CLOSED.into());
+                    break;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    no_reply = Some(format!(
+                        "the host did not answer the drift request within {} s",
+                        DRIFT_REPLY_TIMEOUT.as_secs()
+                    ));
+                    break;
+                }
             }
         }
     }
