@@ -326,17 +326,7 @@ fn a_hundred_viewers_at_once() {
 #[test]
 fn a_viewer_that_stops_reading_neither_slows_the_host_nor_grows_its_memory_and_is_resynced() {
     const STEPS: u64 = 300_000;
-    let mut host = Host::start(&[
-        "--rate",
-        "max",
-        "--viewer-queue",
-        "64",
-        "--stall-ms",
-        "600000",
-        "--json",
-        "--status-ms",
-        "100",
-    ]);
+    let mut host = Host::start(RESYNCING_HOST);
     let mut slow = raw(&host.addr);
     slow.write_all(&hello(1, 1, b"")).unwrap();
     let start = host.wait_status(|v| v["viewers"] == 1)["step"]

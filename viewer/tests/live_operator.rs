@@ -128,17 +128,7 @@ fn the_host_logs_each_viewer_that_attaches_and_why_it_left() {
 
 #[test]
 fn a_resync_is_named_and_counted_in_the_leave_line() {
-    let mut host = Host::start(&[
-        "--rate",
-        "max",
-        "--viewer-queue",
-        "64",
-        "--stall-ms",
-        "600000",
-        "--json",
-        "--status-ms",
-        "100",
-    ]);
+    let mut host = Host::start(RESYNCING_HOST);
     let mut slow = attach_raw(&host.addr);
     let addr = slow.local_addr().unwrap().to_string();
     let start = host.wait_status(|v| v["viewers"] == 1)["step"]

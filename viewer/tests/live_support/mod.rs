@@ -31,6 +31,21 @@ pub fn testdata(name: &str) -> PathBuf {
 }
 
 /// A running host, its output read while it runs; killed when dropped.
+/// A host at full speed whose viewers fall more than 64 records behind soon, never
+/// dropped as stalled, printing its JSON status every 100 ms: a viewer that stops reading
+/// is resynced when it reads again.
+pub const RESYNCING_HOST: &[&str] = &[
+    "--rate",
+    "max",
+    "--viewer-queue",
+    "64",
+    "--stall-ms",
+    "600000",
+    "--json",
+    "--status-ms",
+    "100",
+];
+
 pub struct Host {
     proc: Proc,
     pub addr: String,
