@@ -116,6 +116,12 @@ async fn a_scrubbed_replay_shows_the_svg_render_writes_and_an_overlay_toggle_cha
             "step {step}: the page shows the picture render writes"
         );
     }
+    // After the first frame the page patched each new picture into the one shown
+    // (picture.js) rather than putting it in whole, and it still equals render's.
+    let counts = b
+        .js("const p = window.ostm.picture; return [p.patched, p.replaced];")
+        .await;
+    assert!(counts[0].as_u64() >= Some(3), "patched, replaced: {counts}");
     // The buttons: one step forward and back.
     b.click("#forward").await;
     state_until(&b, "step 18", |v| v["step"] == 18).await;

@@ -132,7 +132,14 @@ async fn only_the_own_page_with_the_token_may_connect() {
         get(&host, &format!("evil.example:{port}"), "/?token=s3cret-1"),
         421
     );
-    assert_eq!(get(&host, &host, "/page.js"), 200);
+    for asset in ["/page.js", "/picture.js", "/page.css"] {
+        assert_eq!(get(&host, &host, asset), 200, "{asset}");
+        assert_eq!(
+            get(&host, &format!("evil.example:{port}"), asset),
+            421,
+            "{asset}"
+        );
+    }
     // Sockets: another site's page, no Origin, no token, a wrong token.
     let refused = [
         (query.as_str(), Some("http://evil.example"), 403),

@@ -33,6 +33,8 @@ use tokio::sync::mpsc;
 /// The page, its script and its style: in the binary, nothing fetched from elsewhere.
 const PAGE: &str = include_str!("page/index.html");
 const SCRIPT: &str = include_str!("page/page.js");
+/// The picture's patcher: keeps the page's SVG equal to each frame's, changing only what differs.
+const PICTURE: &str = include_str!("page/picture.js");
 const STYLE: &str = include_str!("page/page.css");
 
 /// Messages waiting to be written to one tab, at most.
@@ -103,6 +105,7 @@ pub async fn bind(ui: SocketAddr, token: Option<String>, mode: Mode) -> Result<S
     let app = Router::new()
         .route("/", get(page))
         .route("/page.js", get(script))
+        .route("/picture.js", get(picture))
         .route("/page.css", get(style))
         .route("/ws", get(socket))
         .with_state(App {
@@ -158,18 +161,24 @@ async fn page(State(app): State<App>, headers: HeaderMap, q: Query<TokenQuery>) 
     }
 }
 
-async fn script(State(app): State<App>, headers: HeaderMap) -> Response {
-    match app.access.page(header_str(&headers, header::HOST), None) {
+/// The script and the style: the same for everyone (no token needed), on the page's host only.
+fn public(app: &App, headers: &HeaderMap, kind: &'static str, body: &'static str) -> Response {
+    match app.access.page(header_str(headers, header::HOST), None) {
         Err(r) if r.status != 401 => refusal(r),
-        _ => asset("text/javascript; charset=utf-8", SCRIPT),
+        _ => asset(kind, body),
     }
 }
 
+async fn script(State(app): State<App>, headers: HeaderMap) -> Response {
+    public(&app, &headers, "text/javascript; charset=utf-8", SCRIPT)
+}
+
+async fn picture(State(app): State<App>, headers: HeaderMap) -> Response {
+    public(&app, &headers, "text/javascript; charset=utf-8", PICTURE)
+}
+
 async fn style(State(app): State<App>, headers: HeaderMap) -> Response {
-    match app.access.page(header_str(&headers, header::HOST), None) {
-        Err(r) if r.status != 401 => refusal(r),
-        _ => asset("text/css; charset=utf-8", STYLE),
-    }
+    public(&app, &headers, "text/css; charset=utf-8", STYLE)
 }
 
 async fn socket(

@@ -1,6 +1,6 @@
 // The page of `ostm-viewer watch` (docs/watch.md). Everything it draws comes from the
 // viewer: each frame's SVG is the picture `ostm-viewer render` writes for that world, put
-// into the page as it is. The page asks for one frame at a time (live: `ready` at a
+// into the page as it is (picture.js changes only what differs from the frame before). The page asks for one frame at a time (live: `ready` at a
 // display refresh, the frame drawn at the next; replay: `show` a step), so a slow tab gets
 // fewer frames and never more than it can draw.
 "use strict";
@@ -35,6 +35,8 @@
     fps: 0,
   };
   window.ostm = st;
+  const picture = new window.OstmPicture($("picture"));
+  st.picture = picture;
 
   const token = new URLSearchParams(location.search).get("token");
   const ws = new WebSocket(
@@ -197,8 +199,10 @@
 
   // A frame: the viewer's picture as it is, then the page's own marks on top of it.
   function draw(m) {
-    const pic = $("picture");
-    pic.innerHTML = m.svg;
+    for (const g of document.querySelectorAll("#picture g.body.marked, #picture g.body.pinned")) {
+      g.classList.remove("marked", "pinned");
+    }
+    picture.set(m.svg);
     st.frame = m;
     $("step").textContent = num(m.step);
     $("check").textContent = CHECK_TEXT[m.check] || m.check;
