@@ -189,9 +189,24 @@ pub async fn run(
         return Ended::Broken("cannot spool the keyframe".into());
     }
     let filter = format!("ostm.{}.*", t.session);
-    let mut messages = match read_from(&stream, &filter, key_seq + 1).await {
-        Ok(m) => m,
-        Err(e) => return Ended::Broken(format!("cannot read the stream {}: {e}", t.stream())),
+    // A server busy delivering to many others may time out the consumer's creation: it is
+    // asked again until the session has been silent for `SILENCE`.
+    let asked = tokio::time::Instant::now();
+    let mut messages = loop {
+        match read_from(&stream, &filter, key_seq + 1).await {
+            Ok(m) => break m,
+            Err(e) if asked.elapsed() >= SILENCE => {
+                return Ended::Broken(format!(
+                    "cannot read the stream {} for {} s: {e}",
+                    t.stream(),
+                    SILENCE.as_secs()
+                ))
+            }
+            Err(e) => {
+                debug!(error = %e, "cannot create the stream's consumer yet: asking again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
     };
     // The last stream sequence taken, and when the last message came.
     let mut last_seq = key_seq;

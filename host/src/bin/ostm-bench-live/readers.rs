@@ -210,16 +210,17 @@ pub async fn nats(
         Some(ToViewer::Snapshot { world, .. }) => v.snapshot(world, false),
         _ => return Err("the keyframe is not a snapshot".into()),
     }
-    let consumer = stream
-        .create_consumer(pull::OrderedConfig {
+    // A server busy delivering to the viewers already attached may time the creation out.
+    let consumer = retry("consumer", || {
+        stream.create_consumer(pull::OrderedConfig {
             filter_subject: format!("ostm.{session}.*"),
             deliver_policy: DeliverPolicy::ByStartSequence {
                 start_sequence: key.sequence + 1,
             },
             ..Default::default()
         })
-        .await
-        .map_err(|e| e.to_string())?;
+    })
+    .await?;
     let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
     attached.fetch_add(1, Ordering::Relaxed);
     let mut gap = false;
