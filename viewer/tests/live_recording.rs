@@ -486,9 +486,20 @@ fn a_reconnecting_viewer_rides_out_a_restarted_host() {
     until_event(&mut v, |e| e["event"] == "status");
     host.signal("KILL");
     let _ = host.wait();
+    // Said at once, while no host is there yet.
+    let lost = until_event(&mut v, |e| e["event"] == "lost" || e["event"] == "gap");
+    assert_eq!(
+        lost["event"], "lost",
+        "the loss is said before the reconnection: {lost}"
+    );
     let again = Host::start_at(&addr, &["--rate", "300", "--status-ms", "0"], &[]);
     let gap = until_event(&mut v, |e| e["event"] == "gap");
     assert!(gap["why"].as_str().unwrap().len() > 5, "{gap}");
+    assert_eq!(
+        gap["why"], lost["why"],
+        "the gap says why, as the loss did: {gap} {lost}"
+    );
+    assert_eq!(gap["from"], lost["step"], "{gap} {lost}");
     assert_eq!(gap["file"], numbered(&rec, 1).to_str().unwrap());
     let to = gap["to"].as_u64().unwrap();
     until_event(&mut v, |e| {

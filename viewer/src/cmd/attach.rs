@@ -433,6 +433,18 @@ impl Lines {
                     self.put(&line);
                 }
             }
+            Event::Lost { step, why } => {
+                if terminal {
+                    eprint!("\r\x1b[2K");
+                }
+                if json {
+                    self.put(
+                        &serde_json::json!({"event": "lost", "step": step, "why": why}).to_string(),
+                    );
+                } else {
+                    self.put(&format!("lost: {why}; at step {step}, connecting again"));
+                }
+            }
             Event::Reconnected { gap, file } => {
                 if terminal {
                     eprint!("\r\x1b[2K");

@@ -191,6 +191,12 @@ pub enum Event<'a> {
         to: u64,
         file: Option<&'a PathBuf>,
     },
+    /// The connection was lost at the viewer's `step` and the reader is connecting again
+    /// (`--reconnect`); `Reconnected` follows when it has.
+    Lost {
+        step: u64,
+        why: &'a str,
+    },
     /// The connection was lost and made again: the steps from `gap.from` to `gap.to`
     /// were not seen.
     Reconnected {
@@ -597,11 +603,16 @@ fn verify_loop(
             }
             Item::End(e) => {
                 if opts.reconnect.is_some() && network::reconnects_after(&e) {
-                    st.lost = Some(format!(
+                    let why = format!(
                         "the host ended the stream ({}: {})",
                         e.reason.name(),
                         e.text
-                    ));
+                    );
+                    events(Event::Lost {
+                        step: st.world.step,
+                        why: &why,
+                    });
+                    st.lost = Some(why);
                 } else {
                     return Stop::HostEnded(e);
                 }
@@ -610,6 +621,10 @@ fn verify_loop(
                 if last {
                     return Stop::Failed(why);
                 }
+                events(Event::Lost {
+                    step: st.world.step,
+                    why: &why,
+                });
                 st.lost = Some(why);
             }
             Item::Attached { world, .. } => {

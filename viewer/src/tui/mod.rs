@@ -150,6 +150,7 @@ fn message(ev: &Event<'_>) -> Option<Msg> {
             to: gap.to,
             file: file.cloned(),
         },
+        Event::Lost { .. } => Msg::Lost,
         Event::Fields { .. } => return None,
     })
 }

@@ -224,6 +224,30 @@ fn the_strip_colours_verified_not_seen_and_drift_steps() {
     );
 }
 
+#[test]
+fn a_lost_connection_shows_reconnecting_until_the_gap() {
+    let mut w = world(Dims::Two, &[[100, 100, 0]]);
+    w.step = 100;
+    let mut v = attached(&w);
+    assert!(text(&drawn(&v, 100, 30)).contains("verifying"));
+    v.on(Msg::Lost);
+    let t = text(&drawn(&v, 100, 30));
+    assert!(
+        t.contains("reconnecting") && !t.contains("verifying"),
+        "{t}"
+    );
+    v.on(Msg::Gap {
+        from: 100,
+        to: 140,
+        file: None,
+    });
+    let t = text(&drawn(&v, 100, 30));
+    assert!(
+        t.contains("verifying") && !t.contains("reconnecting"),
+        "{t}"
+    );
+}
+
 /// A 3D world of 4 bodies stepped once, and a host whose body 2 has one more velocity.y
 /// and is 3 m further along x.
 fn drift_report() -> (World, crate::live::drift::DriftReport) {

@@ -52,6 +52,8 @@ pub enum Msg {
         to: u64,
         file: Option<PathBuf>,
     },
+    /// The connection was lost; the reader is connecting again (a `Gap` follows).
+    Lost,
     /// A line `attach` prints (the attach, a link, a resync, a gap, fields).
     Line(String),
 }
@@ -80,6 +82,8 @@ pub fn cell_look(kind: Option<Kind>) -> (&'static str, Color) {
 enum Phase {
     Connecting,
     Verifying,
+    /// The connection was lost; the reader is connecting again (`--reconnect`).
+    Reconnecting,
     /// The user asked to stop; the session is finishing its files.
     Stopping,
     Drift,
@@ -149,7 +153,15 @@ impl View {
                 self.world = Some(world);
                 self.verified = verified;
             }
+            Msg::Lost => {
+                if self.phase == Phase::Verifying {
+                    self.phase = Phase::Reconnecting;
+                }
+            }
             Msg::Gap { from, to, file } => {
+                if self.phase == Phase::Reconnecting {
+                    self.phase = Phase::Verifying;
+                }
                 self.strip.gap(from, to);
                 if file.is_some() {
                     self.recording = file;
@@ -311,6 +323,7 @@ impl View {
         let (phase, colour) = match self.phase {
             Phase::Connecting => ("connecting", Color::Yellow),
             Phase::Verifying => ("verifying", Color::Green),
+            Phase::Reconnecting => ("reconnecting", Color::Yellow),
             Phase::Stopping => ("stopping", Color::Yellow),
             Phase::Drift => ("DRIFT", Color::Red),
         };

@@ -148,6 +148,8 @@ struct Board {
     recording: Option<PathBuf>,
     /// Why the ghost is not drawn, when the cache does not fit the world.
     ghost_note: Option<String>,
+    /// Why the connection was lost, while the reader connects again.
+    lost: Option<String>,
 }
 
 /// The live session as the tabs see it.
@@ -227,8 +229,10 @@ impl Hub {
                     b.recording = Some(f.clone());
                 }
             }
+            Event::Lost { why, .. } => self.board().lost = Some(why.to_string()),
             Event::Reconnected { gap, file } => {
                 let mut b = self.board();
+                b.lost = None;
                 b.strip.verified_to(gap.from);
                 b.strip.push(gap.from, gap.to, "gap");
                 if let Some(f) = file {
@@ -299,12 +303,12 @@ impl Hub {
             Some(s) => json!({"type": "status", "host_step": s.host_step, "step": s.step,
                 "verified": s.verified, "lag": s.lag(), "rate": (s.rate * 10.0).round() / 10.0,
                 "resyncs": s.resyncs, "gaps": s.gaps, "backlog": s.backlog,
-                "recording": recording, "strip": b.strip.json(s.step)}),
+                "recording": recording, "strip": b.strip.json(s.step), "lost": b.lost}),
             None => {
                 let step = b.attached.map(|a| a.2);
                 json!({"type": "status", "host_step": step, "step": step, "verified": 0,
                 "lag": 0, "rate": 0.0, "resyncs": 0, "gaps": 0, "backlog": 0,
-                "recording": recording, "strip": step.map(|s| b.strip.json(s))})
+                "recording": recording, "strip": step.map(|s| b.strip.json(s)), "lost": b.lost})
             }
         }
         .to_string()

@@ -125,6 +125,8 @@
       $("resyncs").textContent = num(m.resyncs);
       $("gaps-item").hidden = !m.gaps;
       $("gaps").textContent = num(m.gaps);
+      $("lost-item").hidden = !m.lost;
+      if (m.lost) $("lost").textContent = m.lost;
       $("recording-item").hidden = !m.recording;
       if (m.recording) {
         $("recording").textContent = `${m.recording.path} (${bytes(m.recording.bytes)})`;
