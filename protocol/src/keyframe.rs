@@ -586,7 +586,7 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
     let mut w = World::new(setup, link);
     w.step = tick;
     w.gravity = gravity;
-    w.bodies = bodies;
+    w.bodies = bodies.into();
     w.write_snapshot(&mut snap);
     let world = World::from_snapshot(setup, link, "keyframe", &snap, 0)
         .map_err(|e| bad("$.entities", e.message))?;

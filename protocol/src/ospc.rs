@@ -703,7 +703,8 @@ mod tests {
             Body::new(true, 0, [100, 200, 300], [0; 3]),
             Body::new(true, 0, [100, 200, 300], [0; 3]),
             Body::default(),
-        ];
+        ]
+        .into();
         let poses = [
             pose(500, 190, 330),
             Pose::default(),
@@ -726,7 +727,7 @@ mod tests {
             ..setup
         };
         let mut w2 = World::new(setup, None);
-        w2.bodies = vec![Body::new(true, 0, [100, 200, 0], [0; 3])];
+        w2.bodies = vec![Body::new(true, 0, [100, 200, 0], [0; 3])].into();
         assert_eq!(
             deviations(&w2, &[pose(100, 203, 77)], [0; 3]),
             vec![Deviation::Distance(3)]

@@ -9,7 +9,10 @@ use crate::op::Op;
 use crate::rng::Sfc32;
 use zerocopy::{Immutable, IntoBytes};
 
+mod bodies;
 mod simd;
+
+pub use bodies::Bodies;
 
 /// The box's side in millimetres; every axis runs from 0 to `BOX_MM` inclusive.
 pub const BOX_MM: i32 = 10_000;
@@ -125,7 +128,7 @@ pub struct World {
     /// Steps taken since step 0; the next step to run is numbered `step`.
     pub step: u64,
     pub gravity: i32,
-    pub bodies: Vec<Body>,
+    pub bodies: Bodies,
 }
 
 impl Clone for World {
@@ -184,7 +187,7 @@ impl World {
     pub fn new(setup: Setup, link: Option<Link>) -> World {
         let mut rng = Sfc32::from_seed(setup.seed);
         let three = setup.dims == Dims::Three;
-        let mut bodies = Vec::with_capacity(MAX_BODIES);
+        let mut bodies = Bodies::with_capacity(MAX_BODIES);
         for _ in 0..setup.bodies {
             let mut b = Body {
                 alive: true,
@@ -209,6 +212,7 @@ impl World {
                 }
             }
         }
+        bodies.set_header(0, DEFAULT_GRAVITY);
         World {
             setup,
             link,
@@ -231,6 +235,7 @@ impl World {
                 ..Body::default()
             })
             .collect();
+        w.bodies.set_header(w.step, w.gravity);
         w
     }
 
@@ -378,6 +383,7 @@ impl World {
             }
         }
         self.step = self.step.wrapping_add(1);
+        self.bodies.set_header(self.step, self.gravity);
     }
 
     /// Live bodies.
@@ -409,29 +415,12 @@ impl World {
 
     /// The world hash: XXH3-64 (seed 0) of the canonical snapshot bytes.
     pub fn hash(&self) -> u64 {
-        let n = self.bodies.len();
-        if n > MAX_BODIES || cfg!(target_endian = "big") {
-            // More than 64 slots is only reachable by editing `bodies` directly; on a
-            // big-endian machine the bodies' memory is not their snapshot bytes.
-            return xxh3_64(&self.snapshot());
+        // Where the world was last stepped or built, the bodies' memory has the snapshot
+        // header right before it: the snapshot is hashed where it lies.
+        match self.bodies.snapshot_in_place(self.step, self.gravity) {
+            Some(snapshot) => xxh3_64(snapshot),
+            None => xxh3_64(&self.snapshot()),
         }
-        let len = SNAPSHOT_HEADER_BYTES + n * BODY_BYTES;
-        let bodies = self.bodies.as_bytes();
-        // The snapshot is put together in a buffer that is not zeroed first: zeroing 2 KiB
-        // only to overwrite it took a quarter of the time of the hash itself.
-        let mut buf = std::mem::MaybeUninit::<[u8; MAX_SNAPSHOT_BYTES]>::uninit();
-        let p = buf.as_mut_ptr().cast::<u8>();
-        // SAFETY: `len <= MAX_SNAPSHOT_BYTES` (n <= 64) and `bodies.len() == n * 32`, so the
-        // three copies write inside the buffer, and together they write exactly its bytes
-        // `0..len`, which are all that the slice reads.
-        let snapshot = unsafe {
-            std::ptr::copy_nonoverlapping(self.step.to_le_bytes().as_ptr(), p, 8);
-            std::ptr::copy_nonoverlapping(self.gravity.to_le_bytes().as_ptr(), p.add(8), 4);
-            let at = p.add(SNAPSHOT_HEADER_BYTES);
-            std::ptr::copy_nonoverlapping(bodies.as_ptr(), at, bodies.len());
-            std::slice::from_raw_parts(p, len)
-        };
-        xxh3_64(snapshot)
     }
 
     /// Rebuilds a world from snapshot bytes: a whole number of 32-byte bodies, 1..=64 of
@@ -459,7 +448,7 @@ impl World {
         let step = c.u64("snapshot step")?;
         let gravity = c.i32("snapshot gravity")?;
         let n = (bytes.len() - SNAPSHOT_HEADER_BYTES) / BODY_BYTES;
-        let mut bodies = Vec::with_capacity(n);
+        let mut bodies = Bodies::with_capacity(n);
         for i in 0..n {
             let at = c.offset();
             let alive = c.u32("body alive")?;
@@ -480,6 +469,7 @@ impl World {
             }
             bodies.push(Body::new(alive == 1, still, pos, vel));
         }
+        bodies.set_header(step, gravity);
         Ok(World {
             setup,
             link,

@@ -7,6 +7,12 @@
 //! outside the box), the still count's saturation, any i32 (hostile snapshots), dead slots
 //! holding fields, a 2D world's z, and every body count 1..=64 (chunks of 8 and the rest).
 //!
+//! After every step the world hash, which reads the snapshot where it lies in memory (the
+//! header kept right before the bodies, `protocol/src/world/bodies.rs`), must equal
+//! xxhash-rust's one-shot XXH3-64 of the snapshot bytes; the stages leave the header
+//! stale after stage 1 changes gravity, and a third test edits the world's fields by hand,
+//! so both the in-place path and the path that puts the bytes together are held to it.
+//!
 //! On a CPU without AVX2 `step` is `step_scalar` and the first test only compares it with
 //! the stages. The second test shows that the random worlds reach each of those cases many
 //! times, so that a kernel wrong in any one of them would fail the first.
@@ -152,7 +158,7 @@ fn world_and_steps() -> impl Strategy<Value = (World, Vec<Vec<Op>>)> {
                 seed: 0,
             };
             let mut w = World::new(setup, None);
-            w.bodies = bodies;
+            w.bodies = bodies.into();
             w.gravity = gravity;
             (w, steps)
         })
@@ -174,8 +180,51 @@ fn check(world: &World, steps: &[Vec<Op>]) -> Result<(), TestCaseError> {
             i
         );
         prop_assert_eq!(&kernel, &scalar, "step and step_scalar part at step {}", i);
+        for (w, how) in [
+            (&kernel, "step"),
+            (&scalar, "step_scalar"),
+            (&staged, "stages"),
+        ] {
+            prop_assert_eq!(
+                w.hash(),
+                xxhash_rust::xxh3::xxh3_64(&w.snapshot()),
+                "the world hash after {} {} is not XXH3 of the snapshot",
+                how,
+                i
+            );
+        }
     }
     Ok(())
+}
+
+/// A world's fields edited by hand between hashes: the header kept before the bodies is
+/// then stale, and the hash must still be XXH3 of the snapshot. Each edit changes the
+/// hash, so a hash read from the stale header (the fault this guards against) would fail.
+#[test]
+fn the_world_hash_follows_fields_edited_by_hand() {
+    let setup = Setup {
+        dims: Dims::Three,
+        bodies: 24,
+        seed: 7,
+    };
+    let mut w = World::new(setup, None);
+    let mut hashes = vec![w.hash()];
+    let edits: [fn(&mut World); 7] = [
+        |w| w.step(&[]),
+        |w| w.step += 1,
+        |w| w.step += 1 << 32,
+        |w| w.gravity = -5,
+        |w| w.bodies[3].pos[0] += 1,
+        |w| w.bodies.push(Body::new(true, 9, [1, 2, 3], [4, 5, 6])),
+        |w| w.bodies = vec![Body::default(); 64].into(),
+    ];
+    for (i, edit) in edits.iter().enumerate() {
+        edit(&mut w);
+        let h = w.hash();
+        assert_eq!(h, xxhash_rust::xxh3::xxh3_64(&w.snapshot()), "edit {i}");
+        assert!(!hashes.contains(&h), "edit {i} left the hash as it was");
+        hashes.push(h);
+    }
 }
 
 proptest! {

@@ -801,7 +801,8 @@ fn accepted() -> Replay {
         DEAD,
         live([5000, 0, 5], [16, 0, -7]),
         live([2000, 6000, 0], [10, 0, 0]),
-    ];
+    ]
+    .into();
     let mut r = Replay::new(setup, Some(link));
     r.start = Some(start);
     for i in 0..30 {

@@ -21,7 +21,7 @@ fn world(dims: Dims, bodies: &[Body], gravity: i32) -> World {
         seed: 0,
     };
     let mut w = World::new(setup, None);
-    w.bodies = bodies.to_vec();
+    w.bodies = bodies.into();
     w.gravity = gravity;
     w
 }
