@@ -65,9 +65,116 @@ fn attach_run(secs: u64) -> f64 {
     last_rate(&String::from_utf8_lossy(&out.stdout))
 }
 
+/// CPU seconds used so far by the process or thread whose /proc stat file is `stat`.
+fn cpu_in(stat: &str) -> f64 {
+    let stat = std::fs::read_to_string(stat).unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime and stime are the 12th and
+    // 13th of them, in clock ticks.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
+/// CPU seconds used so far by the process `pid` (all its threads).
+fn cpu_of(pid: u32) -> f64 {
+    cpu_in(&format!("/proc/{pid}/stat"))
+}
+
+/// The parent of process `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// CPU seconds used so far by `root` and every process under it (the browser's processes
+/// under chromedriver).
+fn tree_cpu(root: u32) -> f64 {
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    pids.into_iter()
+        .filter(|&p| {
+            let mut at = Some(p);
+            while let Some(q) = at {
+                if q == root {
+                    return true;
+                }
+                at = parent_of(q).filter(|&up| up > 1);
+            }
+            false
+        })
+        .map(cpu_of)
+        .sum()
+}
+
+/// CPU seconds used so far by the threads of `pid` whose name starts with `prefix`.
+fn threads_cpu(pid: u32, prefix: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    tasks
+        .filter_map(|t| t.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .is_ok_and(|c| c.starts_with(prefix))
+        })
+        .map(|tid| cpu_in(&format!("/proc/{pid}/task/{tid}/stat")))
+        .sum()
+}
+
+/// What the page did over the second half of a watch run.
+struct Page {
+    /// Frames drawn per second.
+    fps: f64,
+    /// Milliseconds per frame spent putting the picture into the page (picture.js).
+    set_ms: f64,
+    /// Frames patched into the picture shown, and frames that replaced it whole.
+    patched: u64,
+    replaced: u64,
+    /// Live bodies in the last frame.
+    alive: u64,
+    /// CPU of the browser's processes, per second and per frame drawn (ms).
+    browser_cores: f64,
+    browser_ms: f64,
+    /// CPU of the viewer's page server threads (making frames), per frame (ms).
+    server_ms: f64,
+}
+
+impl Page {
+    fn line(&self) -> String {
+        format!(
+            "{:.1} frames/s, {} bodies alive; per frame: {:.2} ms in picture.set ({} patched, {} replaced), \
+             browser CPU {:.1} ms ({:.2} cores), frame-making {:.2} ms",
+            self.fps,
+            self.alive,
+            self.set_ms,
+            self.patched,
+            self.replaced,
+            self.browser_ms,
+            self.browser_cores,
+            self.server_ms
+        )
+    }
+}
+
+/// The page's counters: frames drawn, ms in picture.set, frames patched, replaced.
+const COUNTERS: &str = "const s = window.ostm; \
+    return [s.drawn, s.setMs, s.picture.patched, s.picture.replaced];";
+
 /// One watch run with the browser on its page, against a host started with `host`:
-/// (verified steps/s, page frames/s, alive bodies in the last frame).
-async fn watch_run(host: &[&str], secs: u64, b: &Browser) -> (f64, f64, u64) {
+/// verified steps/s, and what the page did.
+async fn watch_run(host: &[&str], secs: u64, b: &Browser) -> (f64, Page) {
     let host = Host::start(host);
     let (mut p, url) = watch(&[&host.addr, "--json"]);
     p.wait_line(|l| l.contains("\"attached\""));
@@ -76,22 +183,32 @@ async fn watch_run(host: &[&str], secs: u64, b: &Browser) -> (f64, f64, u64) {
         .await;
     b.click(r#"input[name="overlay"][value="occupancy"]"#).await;
     tokio::time::sleep(Duration::from_secs(secs / 2)).await;
-    let d0 = b.js("return window.ostm.drawn;").await.as_u64().unwrap();
+    let c0 = b.js(COUNTERS).await;
+    let (b0, s0) = (tree_cpu(b.driver_pid()), threads_cpu(p.pid(), "ostm-web"));
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs(secs - secs / 2)).await;
-    let d1 = b.js("return window.ostm.drawn;").await.as_u64().unwrap();
-    let fps = (d1 - d0) as f64 / t0.elapsed().as_secs_f64();
+    let c1 = b.js(COUNTERS).await;
+    let (b1, s1) = (tree_cpu(b.driver_pid()), threads_cpu(p.pid(), "ostm-web"));
+    let elapsed = t0.elapsed().as_secs_f64();
+    let delta = |i: usize| c1[i].as_f64().unwrap_or(0.0) - c0[i].as_f64().unwrap_or(0.0);
+    let frames = delta(0);
     let last = b
         .js("return [window.ostm.frame.alive, window.ostm.frame.overlay];")
         .await;
     assert_eq!(last[1], "occupancy");
     p.signal("INT");
     let out = p.finish();
-    (
-        last_rate(&String::from_utf8_lossy(&out.stdout)),
-        fps,
-        last[0].as_u64().unwrap_or(0),
-    )
+    let page = Page {
+        fps: frames / elapsed,
+        set_ms: delta(1) / frames.max(1.0),
+        patched: delta(2) as u64,
+        replaced: delta(3) as u64,
+        alive: last[0].as_u64().unwrap_or(0),
+        browser_cores: (b1 - b0) / elapsed,
+        browser_ms: (b1 - b0) * 1000.0 / frames.max(1.0),
+        server_ms: (s1 - s0) * 1000.0 / frames.max(1.0),
+    };
+    (last_rate(&String::from_utf8_lossy(&out.stdout)), page)
 }
 
 /// requestAnimationFrame callbacks per second in the page, over 3 s.
@@ -167,14 +284,19 @@ async fn main() {
     println!("the browser runs {nice} nice steps down");
     let b = Browser::start_nice(1500, 1150, nice).await;
     let (mut attach, mut watched, mut fps_max, mut alive) = (vec![], vec![], vec![], vec![]);
+    let mut pages_max = vec![];
     for r in 0..runs {
         let a = attach_run(secs);
-        let (w, f, n) = watch_run(&HOST, secs, &b).await;
-        println!("run {r}: attach {a:.0} steps/s, watch {w:.0} steps/s, page {f:.1} frames/s, {n} bodies alive");
+        let (w, pg) = watch_run(&HOST, secs, &b).await;
+        println!(
+            "run {r}: attach {a:.0} steps/s, watch {w:.0} steps/s, page {}",
+            pg.line()
+        );
         attach.push(a);
         watched.push(w);
-        fps_max.push(f);
-        alive.push(n);
+        fps_max.push(pg.fps);
+        alive.push(pg.alive);
+        pages_max.push(pg);
     }
     let dir = tempfile::tempdir().expect("tempdir");
     // 64 bodies that all stay: a replay served at 6000 steps/s (100 worlds a refresh).
@@ -183,11 +305,16 @@ async fn main() {
     let all = all.to_str().unwrap().to_string();
     let served = ["--replay", &all, "--rate", "6000"];
     let (mut fps64, mut alive64) = (vec![], vec![]);
+    let mut pages64 = vec![];
     for r in 0..runs {
-        let (_, f, n) = watch_run(&served, secs, &b).await;
-        println!("run {r}: 64-body replay at 6000 steps/s: page {f:.1} frames/s, {n} bodies alive");
-        fps64.push(f);
-        alive64.push(n);
+        let (_, pg) = watch_run(&served, secs, &b).await;
+        println!(
+            "run {r}: 64-body replay at 6000 steps/s: page {}",
+            pg.line()
+        );
+        fps64.push(pg.fps);
+        alive64.push(pg.alive);
+        pages64.push(pg);
     }
     let refresh = refresh_rate(&b).await;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
@@ -213,6 +340,19 @@ async fn main() {
         tenth(&fps64)
     );
     println!("display refresh (requestAnimationFrame callbacks/s on the page): {refresh:.1}");
+    for (name, pages) in [
+        ("--rate max host", &pages_max),
+        ("64-body replay", &pages64),
+    ] {
+        let m = |f: fn(&Page) -> f64| mean(&pages.iter().map(f).collect::<Vec<_>>());
+        println!(
+            "{name}, mean per frame: {:.2} ms in picture.set, browser CPU {:.1} ms ({:.2} cores), frame-making {:.2} ms",
+            m(|p| p.set_ms),
+            m(|p| p.browser_ms),
+            m(|p| p.browser_cores),
+            m(|p| p.server_ms)
+        );
+    }
 
     let path = dir.path().join("long.ostm");
     let t = Instant::now();

@@ -157,6 +157,11 @@ impl Browser {
         path
     }
 
+    /// The process id of chromedriver, whose children are the browser's processes.
+    pub fn driver_pid(&self) -> u32 {
+        self._driver.pid()
+    }
+
     pub async fn close(self) {
         let _ = self.client.close().await;
     }

@@ -29,8 +29,11 @@
     // Replay: when the last show was sent, and how long until its frame was in the page (ms).
     askedAt: 0,
     shownIn: null,
-    // Frames drawn, and their times in the last second.
+    // Frames drawn, their times in the last second, and the milliseconds spent putting
+    // their pictures into the page (picture.js; the browser's styling, layout and paint
+    // come after).
     drawn: 0,
+    setMs: 0,
     times: [],
     fps: 0,
   };
@@ -90,7 +93,6 @@
         $("ghost-note").hidden = false;
         $("ghost-note").textContent = m.ghost_note;
       }
-      if (m.mode === "live") requestAnimationFrame(refresh);
       if (m.mode === "replay") {
         for (const el of [$("timeline"), $("step-input")]) {
           el.min = m.first_step;
@@ -105,6 +107,7 @@
         // Drawn at the next display refresh; the next is asked for then.
         st.inbox = m;
         st.asked = false;
+        wantRefresh();
       } else {
         draw(m);
         st.pending = false;
@@ -183,11 +186,18 @@
     },
   };
 
-  // Live, at each display refresh: draw the frame that came since the last one, and ask
-  // for the next (one request in flight), so the viewer draws the next frame while the
-  // browser paints this one: at most one frame per refresh, and no refresh lost waiting.
-  function refresh() {
+  // Live: a frame that comes asks for the next display refresh; at it, draw the frame and
+  // ask for the next (one request in flight), so the viewer draws the next frame while the
+  // browser paints this one: at most one frame per refresh. No frame, no refresh asked
+  // for, so a page waiting for frames costs the browser nothing at each refresh.
+  let refreshing = false;
+  function wantRefresh() {
+    if (refreshing) return;
+    refreshing = true;
     requestAnimationFrame(refresh);
+  }
+  function refresh() {
+    refreshing = false;
     if (st.inbox) {
       const m = st.inbox;
       st.inbox = null;
@@ -204,7 +214,9 @@
     for (const g of document.querySelectorAll("#picture g.body.marked, #picture g.body.pinned")) {
       g.classList.remove("marked", "pinned");
     }
+    const t0 = performance.now();
     picture.set(m.svg);
+    st.setMs += performance.now() - t0;
     st.frame = m;
     $("step").textContent = num(m.step);
     $("check").textContent = CHECK_TEXT[m.check] || m.check;
@@ -234,22 +246,29 @@
     if (g) g.classList.add(cls);
   }
 
+  // The fields of body `index` beside the picture (set only when they change, so that a
+  // frame leaves the side panel's layout alone).
+  let bodyHtml = null;
   function showBody(index) {
     const box = $("body");
     const b = index !== null && st.frame ? st.frame.bodies[index] : null;
-    if (!b) {
-      box.innerHTML = '<p class="note">Hover over a body for its fields; click to keep them.</p>';
-      return;
+    const html = b ? fieldsHtml(index, b) : '<p class="note">Hover over a body for its fields; click to keep them.</p>';
+    if (html !== bodyHtml) {
+      box.innerHTML = html;
+      bodyHtml = html;
     }
+  }
+  function fieldsHtml(index, b) {
     const row = (k, v) => `<tr><th>${k}</th><td>${v}</td></tr>`;
-    box.innerHTML =
+    return (
       `<table class="fields">` +
       row("body", b.index + (st.pinned === index ? " (kept: click again to let go)" : "")) +
       row("alive", b.alive) +
       row("still", `${b.still} steps`) +
       row("position", `${b.pos.join(", ")} mm`) +
       row("velocity", `${b.vel.join(", ")} mm/step`) +
-      `</table>`;
+      `</table>`
+    );
   }
 
   const bodyAt = (e) => {
