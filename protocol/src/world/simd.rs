@@ -144,6 +144,14 @@ mod avx2 {
         let out = transpose([a, ns, npx, npy, npz, nvx, nvy, nvz]);
         // Only live bodies' rows are written back: a dead slot keeps every field as it was.
         let live_rows = _mm256_movemask_ps(_mm256_castsi256_ps(live));
+        if live_rows == 0xFF {
+            // Every body live (the common case): every row, without a test each.
+            for (i, row) in out.into_iter().enumerate() {
+                // SAFETY: as below.
+                unsafe { _mm256_store_si256(rows.add(i), row) };
+            }
+            return true;
+        }
         for (i, row) in out.into_iter().enumerate() {
             if live_rows & (1 << i) != 0 {
                 // SAFETY: as for the loads. The bytes written make a valid `Body`: the first
