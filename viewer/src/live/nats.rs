@@ -192,6 +192,7 @@ pub async fn run(
     // A server busy delivering to many others may time out the consumer's creation: it is
     // asked again until the session has been silent for `SILENCE`.
     let asked = tokio::time::Instant::now();
+    let mut wait = Duration::from_millis(500);
     let mut messages = loop {
         match read_from(&stream, &filter, key_seq + 1).await {
             Ok(m) => break m,
@@ -204,7 +205,8 @@ pub async fn run(
             }
             Err(e) => {
                 debug!(error = %e, "cannot create the stream's consumer yet: asking again");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(4));
             }
         }
     };

@@ -165,19 +165,30 @@ fn frames(payload: &[u8]) -> Result<Vec<ToViewer>, String> {
     }
 }
 
-/// Retries `f` every 100 ms for up to 30 s (the host creates the stream and publishes its
-/// first keyframe a moment after it starts).
+/// Retries `f` for up to 30 s, every 100 ms at first and then less often (the host
+/// creates the stream and publishes its first keyframe a moment after it starts; a server
+/// busy with the viewers already attached times requests out), until `stop`.
 async fn retry<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
     what: &str,
+    stop: &CancellationToken,
     mut f: impl FnMut() -> F,
 ) -> Result<T, String> {
     let mut last = String::new();
-    for _ in 0..300 {
-        match f().await {
-            Ok(t) => return Ok(t),
-            Err(e) => last = e.to_string(),
+    let mut wait = Duration::from_millis(100);
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::time::Instant::now() < give_up {
+        tokio::select! {
+            _ = stop.cancelled() => return Err(format!("{what}: stopped before it was done: {last}")),
+            r = f() => match r {
+                Ok(t) => return Ok(t),
+                Err(e) => last = e.to_string(),
+            },
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::select! {
+            _ = stop.cancelled() => return Err(format!("{what}: stopped before it was done: {last}")),
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(2));
     }
     Err(format!("{what}: {last}"))
 }
@@ -193,16 +204,16 @@ pub async fn nats(
     stop: CancellationToken,
 ) -> Result<Verifier, String> {
     use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
-    let client = retry("connect", || async_nats::connect(url.as_str())).await?;
+    let client = retry("connect", &stop, || async_nats::connect(url.as_str())).await?;
     let js = jetstream::new(client);
     let stream_name = format!("OSTM_{session}");
-    let stream = retry("stream", || js.get_stream(stream_name.as_str())).await?;
+    let stream = retry("stream", &stop, || js.get_stream(stream_name.as_str())).await?;
     let (keys, recs, end) = (
         format!("ostm.{session}.key"),
         format!("ostm.{session}.rec"),
         format!("ostm.{session}.end"),
     );
-    let key = retry("keyframe", || {
+    let key = retry("keyframe", &stop, || {
         stream.direct_get_last_for_subject(keys.as_str())
     })
     .await?;
@@ -211,7 +222,7 @@ pub async fn nats(
         _ => return Err("the keyframe is not a snapshot".into()),
     }
     // A server busy delivering to the viewers already attached may time the creation out.
-    let consumer = retry("consumer", || {
+    let consumer = retry("consumer", &stop, || {
         stream.create_consumer(pull::OrderedConfig {
             filter_subject: format!("ostm.{session}.*"),
             deliver_policy: DeliverPolicy::ByStartSequence {
