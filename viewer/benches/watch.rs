@@ -174,13 +174,19 @@ const COUNTERS: &str = "const s = window.ostm; \
 
 /// One watch run with the browser on its page, against a host started with `host`:
 /// verified steps/s, and what the page did.
-async fn watch_run(host: &[&str], secs: u64, b: &Browser) -> (f64, Page) {
+/// `whole`: the page replaces the whole picture at every frame (`picture.whole`, the
+/// drawing before patching) instead of patching it.
+async fn watch_run(host: &[&str], secs: u64, b: &Browser, whole: bool) -> (f64, Page) {
     let host = Host::start(host);
     let (mut p, url) = watch(&[&host.addr, "--json"]);
     p.wait_line(|l| l.contains("\"attached\""));
     b.client.goto(&url).await.expect("the page");
     b.until("a frame", "return window.ostm.frame ? 1 : 0;", |v| v == 1)
         .await;
+    b.js(&format!(
+        "window.ostm.picture.whole = {whole}; return true;"
+    ))
+    .await;
     b.click(r#"input[name="overlay"][value="occupancy"]"#).await;
     tokio::time::sleep(Duration::from_secs(secs / 2)).await;
     let c0 = b.js(COUNTERS).await;
@@ -287,7 +293,7 @@ async fn main() {
     let mut pages_max = vec![];
     for r in 0..runs {
         let a = attach_run(secs);
-        let (w, pg) = watch_run(&HOST, secs, &b).await;
+        let (w, pg) = watch_run(&HOST, secs, &b, false).await;
         println!(
             "run {r}: attach {a:.0} steps/s, watch {w:.0} steps/s, page {}",
             pg.line()
@@ -305,9 +311,9 @@ async fn main() {
     let all = all.to_str().unwrap().to_string();
     let served = ["--replay", &all, "--rate", "6000"];
     let (mut fps64, mut alive64) = (vec![], vec![]);
-    let mut pages64 = vec![];
+    let (mut pages64, mut pages_whole) = (vec![], vec![]);
     for r in 0..runs {
-        let (_, pg) = watch_run(&served, secs, &b).await;
+        let (_, pg) = watch_run(&served, secs, &b, false).await;
         println!(
             "run {r}: 64-body replay at 6000 steps/s: page {}",
             pg.line()
@@ -315,6 +321,12 @@ async fn main() {
         fps64.push(pg.fps);
         alive64.push(pg.alive);
         pages64.push(pg);
+        let (_, pg) = watch_run(&served, secs, &b, true).await;
+        println!(
+            "run {r}: the same, baseline (whole picture replaced at each frame): page {}",
+            pg.line()
+        );
+        pages_whole.push(pg);
     }
     let refresh = refresh_rate(&b).await;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
@@ -340,9 +352,17 @@ async fn main() {
         tenth(&fps64)
     );
     println!("display refresh (requestAnimationFrame callbacks/s on the page): {refresh:.1}");
+    let whole_fps: Vec<f64> = pages_whole.iter().map(|p| p.fps).collect();
+    println!(
+        "baseline, whole picture replaced at each frame, 64-body replay: {:.1} frames/s (runs {:?}): patched / whole = {:.2}",
+        mean(&whole_fps),
+        tenth(&whole_fps),
+        mean(&fps64) / mean(&whole_fps)
+    );
     for (name, pages) in [
         ("--rate max host", &pages_max),
         ("64-body replay", &pages64),
+        ("64-body replay, baseline", &pages_whole),
     ] {
         let m = |f: fn(&Page) -> f64| mean(&pages.iter().map(f).collect::<Vec<_>>());
         println!(

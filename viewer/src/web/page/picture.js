@@ -130,12 +130,15 @@ window.OstmPicture = (() => {
       // How many frames replaced the whole picture, and how many were patched.
       this.replaced = 0;
       this.patched = 0;
+      // Set (from the console) to replace the whole picture at every frame, as the page
+      // did before it patched: the benchmark's baseline.
+      this.whole = false;
     }
 
     // Shows `svg`.
     set(svg) {
       const lines = svg.split("\n");
-      if (!(this.lines && this.patch(lines))) this.replace(svg, lines);
+      if (!(this.lines && !this.whole && this.patch(lines))) this.replace(svg, lines);
     }
 
     replace(svg, lines) {
