@@ -167,31 +167,28 @@ fn frames(payload: &[u8]) -> Result<Vec<ToViewer>, String> {
 
 /// Retries `f` for up to 30 s, every 100 ms at first and then less often (the host
 /// creates the stream and publishes its first keyframe a moment after it starts; a server
-/// busy with the viewers already attached times requests out), until `stop`.
+/// busy with the viewers already attached times requests out).
 async fn retry<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
     what: &str,
-    stop: &CancellationToken,
     mut f: impl FnMut() -> F,
 ) -> Result<T, String> {
     let mut last = String::new();
     let mut wait = Duration::from_millis(100);
     let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
     while tokio::time::Instant::now() < give_up {
-        tokio::select! {
-            _ = stop.cancelled() => return Err(format!("{what}: stopped before it was done: {last}")),
-            r = f() => match r {
-                Ok(t) => return Ok(t),
-                Err(e) => last = e.to_string(),
-            },
+        match f().await {
+            Ok(t) => return Ok(t),
+            Err(e) => last = e.to_string(),
         }
-        tokio::select! {
-            _ = stop.cancelled() => return Err(format!("{what}: stopped before it was done: {last}")),
-            _ = tokio::time::sleep(wait) => {}
-        }
+        tokio::time::sleep(wait).await;
         wait = (wait * 2).min(Duration::from_secs(2));
     }
     Err(format!("{what}: {last}"))
 }
+
+/// How the error of a viewer that never attached begins: the caller counts those among
+/// the viewers not attached, not a second time as failed.
+pub const NOT_ATTACHED: &str = "not attached: ";
 
 /// A viewer through NATS until `stop`: the session's latest keyframe, then every message
 /// of its stream from there in order; a record past the next step is a gap, closed by the
@@ -204,35 +201,43 @@ pub async fn nats(
     stop: CancellationToken,
 ) -> Result<Verifier, String> {
     use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
-    let client = retry("connect", &stop, || async_nats::connect(url.as_str())).await?;
-    let js = jetstream::new(client);
-    let stream_name = format!("OSTM_{session}");
-    let stream = retry("stream", &stop, || js.get_stream(stream_name.as_str())).await?;
     let (keys, recs, end) = (
         format!("ostm.{session}.key"),
         format!("ostm.{session}.rec"),
         format!("ostm.{session}.end"),
     );
-    let key = retry("keyframe", &stop, || {
-        stream.direct_get_last_for_subject(keys.as_str())
-    })
-    .await?;
-    match frames(&key.payload)?.pop() {
-        Some(ToViewer::Snapshot { world, .. }) => v.snapshot(world, false),
-        _ => return Err("the keyframe is not a snapshot".into()),
-    }
-    // A server busy delivering to the viewers already attached may time the creation out.
-    let consumer = retry("consumer", &stop, || {
-        stream.create_consumer(pull::OrderedConfig {
-            filter_subject: format!("ostm.{session}.*"),
-            deliver_policy: DeliverPolicy::ByStartSequence {
-                start_sequence: key.sequence + 1,
-            },
-            ..Default::default()
+    let join = async {
+        let client = retry("connect", || async_nats::connect(url.as_str())).await?;
+        let js = jetstream::new(client);
+        let stream_name = format!("OSTM_{session}");
+        let stream = retry("stream", || js.get_stream(stream_name.as_str())).await?;
+        let key = retry("keyframe", || {
+            stream.direct_get_last_for_subject(keys.as_str())
         })
-    })
-    .await?;
-    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+        .await?;
+        let Some(ToViewer::Snapshot { world, .. }) = frames(&key.payload)?.pop() else {
+            return Err("the keyframe is not a snapshot".to_string());
+        };
+        // A server busy delivering to the viewers already attached may time this out.
+        let consumer = retry("consumer", || {
+            stream.create_consumer(pull::OrderedConfig {
+                filter_subject: format!("ostm.{session}.*"),
+                deliver_policy: DeliverPolicy::ByStartSequence {
+                    start_sequence: key.sequence + 1,
+                },
+                ..Default::default()
+            })
+        })
+        .await?;
+        let messages = consumer.messages().await.map_err(|e| e.to_string())?;
+        Ok((world, messages))
+    };
+    let (world, mut messages) = tokio::select! {
+        // Not attached when the case ends: the caller counts it as failed, once.
+        _ = stop.cancelled() => return Ok(v),
+        j = join => j.map_err(|e| format!("{NOT_ATTACHED}{e}"))?,
+    };
+    v.snapshot(world, false);
     attached.fetch_add(1, Ordering::Relaxed);
     let mut gap = false;
     loop {
