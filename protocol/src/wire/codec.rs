@@ -138,12 +138,15 @@ impl<D: Message, E> Decoder for Codec<D, E> {
             src.reserve(HEAD + len - src.len());
             return Ok(None);
         }
-        src.advance(HEAD);
-        let payload = src.split_to(len);
+        // Decoded in place (every message owns what it keeps), then consumed: no split
+        // of the buffer per frame.
         let base = self.consumed + HEAD as u64;
-        let mut c = Cursor::new(&self.name, &payload, base);
-        let msg = D::decode(&mut c, &self.name)?;
-        c.finish("frame")?;
+        let decoded = {
+            let mut c = Cursor::new(&self.name, &src[HEAD..HEAD + len], base);
+            D::decode(&mut c, &self.name).and_then(|m| c.finish("frame").map(|()| m))
+        };
+        src.advance(HEAD + len);
+        let msg = decoded?;
         self.consumed = base + len as u64;
         Ok(Some(msg))
     }

@@ -15,12 +15,12 @@ use ostm_protocol::World;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
-use tokio_util::codec::Framed;
 use tokio_util::codec::{Decoder, Encoder};
+use tokio_util::codec::{Framed, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
@@ -334,7 +334,14 @@ impl Reader {
     async fn stream(&mut self, conn: Conn, attached: Attached) -> Ended {
         let addr = self.dial.addr.clone();
         let mut next_step = attached.step;
-        let (mut sink, mut stream) = conn.split();
+        // The read side decodes straight from its buffer: every message one read brought
+        // is decoded in one loop, with no stream poll and no lock per message.
+        let parts = conn.into_parts();
+        let mut codec = parts.codec;
+        let mut buf = parts.read_buf;
+        let (mut rd, wr) = tokio::io::split(parts.io);
+        let mut sink = FramedWrite::new(wr, Framing(ViewerCodec::new(addr.clone())));
+        *sink.write_buffer_mut() = parts.write_buf;
         let shared = self.shared.clone();
         let from_verifier = &mut self.from_verifier;
         let writer = async move {
@@ -365,36 +372,37 @@ impl Reader {
             let started = tokio::time::Instant::now();
             let mut records: u64 = 0;
             let mut batch: Vec<Item> = Vec::with_capacity(BATCH);
+            let mut deadline = tokio::time::Instant::now() + SILENCE;
+            let mut eof = false;
             loop {
-                let deadline = tokio::time::Instant::now() + SILENCE;
-                // What has already arrived is read before the silence is judged: the
-                // read comes first, so a viewer paused for longer than the silence
-                // timeout reads what waits in its socket when it resumes.
-                let mut m = tokio::select! {
-                    biased;
-                    m = stream.next() => m,
-                    _ = tokio::time::sleep_until(deadline) => {
-                        return Ended::Lost(format!("the host sent nothing for {SILENCE_TIMEOUT_MS} ms"));
-                    }
-                };
-                // Everything already decoded or waiting is taken in one go and handed to
-                // the spool under one lock.
+                // Everything already read is decoded and handed to the spool, under one
+                // lock per [`BATCH`] messages.
+                let mut decoded = false;
                 loop {
-                    let msg = match m {
-                        None => {
+                    let next = if eof {
+                        codec.decode_eof(&mut buf)
+                    } else {
+                        codec.decode(&mut buf)
+                    };
+                    let (at, msg) = match next {
+                        Ok(Some(m)) => m,
+                        Ok(None) if eof => {
+                            let _ = spool.push_all(&mut batch);
                             return Ended::Lost(
                                 "the host closed the connection without an end message".into(),
-                            )
+                            );
                         }
-                        Some(Err(WireError::Format(e))) => {
-                            return Ended::Broken(format!("protocol error: {e}"))
+                        Ok(None) => break,
+                        Err(WireError::Format(e)) => {
+                            let _ = spool.push_all(&mut batch);
+                            return Ended::Broken(format!("protocol error: {e}"));
                         }
-                        Some(Err(WireError::Io(e))) => {
-                            return Ended::Lost(format!("connection lost: {e}"))
+                        Err(WireError::Io(e)) => {
+                            let _ = spool.push_all(&mut batch);
+                            return Ended::Lost(format!("connection lost: {e}"));
                         }
-                        Some(Ok(m)) => m,
                     };
-                    let (at, msg) = msg;
+                    decoded = true;
                     match msg {
                         ToViewer::Record(r) if r.step != next_step => {
                             let _ = spool.push_all(&mut batch);
@@ -462,15 +470,36 @@ impl Reader {
                         }
                     }
                     if batch.len() >= BATCH {
-                        break;
-                    }
-                    match futures::FutureExt::now_or_never(stream.next()) {
-                        Some(next) => m = next,
-                        None => break,
+                        if let Err(e) = spool.push_all(&mut batch) {
+                            return Ended::Broken(format!(
+                                "cannot spool the host's records to disk: {e}"
+                            ));
+                        }
                     }
                 }
                 if let Err(e) = spool.push_all(&mut batch) {
                     return Ended::Broken(format!("cannot spool the host's records to disk: {e}"));
+                }
+                if decoded {
+                    deadline = tokio::time::Instant::now() + SILENCE;
+                }
+                // What has already arrived is read before the silence is judged: the
+                // read comes first, so a viewer paused for longer than the silence
+                // timeout reads what waits in its socket when it resumes.
+                if buf.capacity() - buf.len() < READ_BUFFER / 2 {
+                    buf.reserve(READ_BUFFER);
+                }
+                let read = tokio::select! {
+                    biased;
+                    r = rd.read_buf(&mut buf) => r,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        return Ended::Lost(format!("the host sent nothing for {SILENCE_TIMEOUT_MS} ms"));
+                    }
+                };
+                match read {
+                    Ok(0) => eof = true,
+                    Ok(_) => {}
+                    Err(e) => return Ended::Lost(format!("connection lost: {e}")),
                 }
             }
         };
