@@ -22,6 +22,7 @@
     carry: 0,
     lastTick: 0,
     pending: false,
+    askedStep: 0,
     wanted: null,
     // Live: the frame received and not drawn yet, and whether a ready is in flight.
     inbox: null,
@@ -320,11 +321,14 @@
       return;
     }
     st.pending = true;
+    st.askedStep = step;
     st.askedAt = performance.now();
     send({ type: "show", step });
   }
   const shown = () => (st.frame ? st.frame.step : 0);
-  const current = () => (st.wanted !== null ? st.wanted : shown());
+  // The step the buttons count from: the latest asked for, shown or not yet (so that two
+  // quick clicks on −1 go back two steps).
+  const current = () => (st.wanted !== null ? st.wanted : st.pending ? st.askedStep : shown());
 
   function setPlaying(on) {
     st.playing = on;
