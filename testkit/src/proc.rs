@@ -180,6 +180,23 @@ impl Proc {
         self.collect(Some(status))
     }
 
+    /// Interrupts the process (SIGINT, as Ctrl-C) and waits for it: it must exit 0.
+    /// Returns what it printed.
+    ///
+    /// # Panics
+    /// It exits otherwise (the panic shows its stderr), or not within [`LIMIT`].
+    pub fn interrupt_expecting_exit_0(self) -> Output {
+        self.signal("INT");
+        let out = self.finish();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "interrupted, it should exit 0; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
     /// Kills the process (SIGKILL), reaps it and returns what it printed.
     pub fn kill(mut self) -> Output {
         let _ = self.child.kill();

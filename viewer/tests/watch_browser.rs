@@ -157,8 +157,7 @@ async fn a_scrubbed_replay_shows_the_svg_render_writes_and_an_overlay_toggle_cha
     assert_eq!(s["check"], "matches_row");
     assert_eq!(s["errors"], serde_json::json!([]));
     b.close().await;
-    p.signal("INT");
-    assert_eq!(p.finish().status.code(), Some(0));
+    p.interrupt_expecting_exit_0();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,14 +195,7 @@ async fn a_live_page_advances_and_shows_the_worlds_live_bodies() {
     assert!(fps["drawn"].as_u64() > Some(3), "{fps}");
     b.screenshot("live").await;
     b.close().await;
-    p.signal("INT");
-    let out = p.finish();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    p.interrupt_expecting_exit_0();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -345,9 +345,7 @@ async fn a_replay_is_shown_through_the_index_beside_it_or_one_built_in_memory() 
             .contains("expected an index of"),
         "{e}"
     );
-    p.signal("INT");
-    let out = p.finish();
-    assert_eq!(out.status.code(), Some(0));
+    p.interrupt_expecting_exit_0();
 }
 
 #[tokio::test]
@@ -373,14 +371,7 @@ async fn live_tabs_get_a_frame_only_when_they_ask_and_each_its_own() {
         let out = p.kill();
         panic!("stuck: {}", String::from_utf8_lossy(&out.stderr));
     }
-    p.signal("INT");
-    let out = p.finish();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    p.interrupt_expecting_exit_0();
 }
 
 async fn tabs_ask(url: &str) {

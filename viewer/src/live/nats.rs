@@ -238,9 +238,8 @@ pub async fn run(
                 continue;
             }
             r = from_verifier.recv() => {
-                if let Some(ToHost::DriftRequest { step }) = r {
-                    let reply = drift(&client, &t.subject("drift"), step).await;
-                    let _ = replies.send(reply);
+                if let Some(r) = r {
+                    pass_on(&client, &t.subject("drift"), r, &replies).await;
                 }
                 continue;
             }
@@ -315,9 +314,7 @@ pub async fn run(
                     // to the host as before (which answers, or is gone) until the session
                     // drops the reader.
                     while let Some(r) = from_verifier.recv().await {
-                        if let ToHost::DriftRequest { step } = r {
-                            let _ = replies.send(drift(&client, &t.subject("drift"), step).await);
-                        }
+                        pass_on(&client, &t.subject("drift"), r, &replies).await;
                     }
                     return Ended::End(e.clone());
                 }
@@ -414,6 +411,19 @@ async fn find_keyframe(
             t.url, t.session
         )
     })
+}
+
+/// Passes the verifier's message on to the host: a drift request is asked on `subject`
+/// and its answer handed back on `replies`; anything else has no meaning through NATS.
+async fn pass_on(
+    client: &async_nats::Client,
+    subject: &str,
+    r: ToHost,
+    replies: &std::sync::mpsc::Sender<Result<DriftReply, String>>,
+) {
+    if let ToHost::DriftRequest { step } = r {
+        let _ = replies.send(drift(client, subject, step).await);
+    }
 }
 
 /// Asks the host for its snapshot at `step` by request/reply; `Err(why)` when no host
