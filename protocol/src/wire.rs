@@ -6,6 +6,7 @@
 //! - [`msg`]: the message types and their exact bytes ([`ToHost`], [`ToViewer`]).
 //! - [`codec`]: the tokio-util [`Codec`] that frames them, with a stated maximum frame
 //!   length, counting the bytes consumed so every error names its offset in the stream.
+//! - [`run`]: record frames a viewer's reader takes whole and its verifier decodes.
 //!
 //! Nothing here touches a socket or a clock: the codec works on byte buffers, so it is
 //! tested by feeding it bytes.
@@ -16,12 +17,14 @@
 
 pub mod codec;
 pub mod msg;
+pub mod run;
 
 pub use codec::{Codec, EncodedFrame, HostCodec, ViewerCodec, WireError};
 pub use msg::{
     probe_bytes, DriftReply, DriftStatus, End, EndReason, Hello, Record, SnapshotKind, ToHost,
     ToViewer, Welcome,
 };
+pub use run::{RecordRef, RecordRun};
 
 /// The eight bytes that open every `Hello` and `Welcome` body: `OSTMLIVE`.
 pub const MAGIC: [u8; 8] = *b"OSTMLIVE";

@@ -11,10 +11,11 @@ use crate::cursor::Cursor;
 use crate::error::FormatError;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::marker::PhantomData;
+use std::sync::Arc;
 use tokio_util::codec::{Decoder, Encoder};
 
 /// The length prefix's size.
-const HEAD: usize = 4;
+pub(super) const HEAD: usize = 4;
 
 /// A codec error: malformed bytes (the connection is then closed) or an I/O failure.
 #[derive(Debug)]
@@ -57,9 +58,9 @@ pub struct EncodedFrame(pub Bytes);
 #[derive(Debug)]
 pub struct Codec<D, E> {
     /// Names the connection in errors (a peer address, or `stream`).
-    name: String,
+    name: Arc<str>,
     /// Bytes of whole frames consumed so far: the stream offset of the next frame.
-    consumed: u64,
+    pub(super) consumed: u64,
     _types: PhantomData<fn() -> (D, E)>,
 }
 
@@ -72,7 +73,7 @@ impl<D, E: Message> Codec<D, E> {
     /// A codec for a fresh connection named `name` in errors.
     pub fn new(name: impl Into<String>) -> Self {
         Codec {
-            name: name.into(),
+            name: Arc::from(name.into()),
             consumed: 0,
             _types: PhantomData,
         }
@@ -116,6 +117,12 @@ fn put_frame(msg: &impl Message, dst: &mut BytesMut) -> Result<(), std::io::Erro
     Ok(())
 }
 
+impl<D, E> Codec<D, E> {
+    pub(super) fn shared_name(&self) -> Arc<str> {
+        self.name.clone()
+    }
+}
+
 impl<D: Message, E> Decoder for Codec<D, E> {
     type Item = D;
     type Error = WireError;
@@ -127,7 +134,7 @@ impl<D: Message, E> Decoder for Codec<D, E> {
         let len = u32::from_le_bytes([src[0], src[1], src[2], src[3]]) as usize;
         if len == 0 || len > MAX_FRAME_LEN {
             return Err(FormatError::new(
-                &self.name,
+                &*self.name,
                 self.consumed,
                 format!("expected frame length 1..={MAX_FRAME_LEN}, found {len}"),
             )
@@ -165,7 +172,7 @@ impl<D: Message, E> Decoder for Codec<D, E> {
                 let have = src.len().saturating_sub(HEAD);
                 let found = if src.len() < HEAD { src.len() } else { have };
                 let e = FormatError::new(
-                    &self.name,
+                    &*self.name,
                     self.consumed,
                     format!(
                         "connection closed inside a frame: expected {want}, found {found} bytes"

@@ -368,6 +368,19 @@ impl Message for ToHost {
     }
 }
 
+/// A record's body after its type byte: step, hash, and the input with its stream offset
+/// (its ops are checked by the caller).
+pub(super) fn record_body<'a>(
+    c: &mut Cursor<'a>,
+) -> Result<(u64, u64, &'a [u8], u64), FormatError> {
+    let step = c.u64("record step")?;
+    let hash = c.u64("record hash")?;
+    let len = c.u16("input length")? as usize;
+    let base = c.offset();
+    let raw = c.take(len, "step input")?;
+    Ok((step, hash, raw, base))
+}
+
 fn read_magic(c: &mut Cursor<'_>) -> Result<(), FormatError> {
     let at = c.offset();
     let magic = c.take(MAGIC.len(), "magic")?;
@@ -492,11 +505,7 @@ impl Message for ToViewer {
                 Ok(ToViewer::Snapshot { kind, world })
             }
             0x83 => {
-                let step = c.u64("record step")?;
-                let hash = c.u64("record hash")?;
-                let len = c.u16("input length")? as usize;
-                let base = c.offset();
-                let raw = c.take(len, "step input")?;
+                let (step, hash, raw, base) = record_body(c)?;
                 for_each_op(input, raw, base, |_| {})?;
                 Ok(ToViewer::Record(Record {
                     step,

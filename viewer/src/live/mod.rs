@@ -9,6 +9,7 @@
 //! - [`session`]: the verifier, fed by the spool: verify, record, report.
 //! - [`drift`]: the drift report (the one place drift is handled).
 //! - [`record`]: a recording that continues in a new numbered file across a resync.
+//! - [`watermark`]: the reader's receive low-water mark for a fast host.
 
 pub mod drift;
 pub mod nats;
@@ -18,3 +19,4 @@ pub mod session;
 pub mod spool;
 pub mod tls;
 pub mod trail;
+pub mod watermark;

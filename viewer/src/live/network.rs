@@ -5,6 +5,7 @@
 
 use super::spool::{Item, Spool};
 use super::tls::{explain, Tls};
+use super::watermark::{self, Watermark};
 use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use ostm_protocol::wire::{
@@ -195,7 +196,11 @@ pub fn reconnects_after(e: &End) -> bool {
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-type Conn = Framed<Box<dyn Io>, Framing>;
+/// A connection: the framed stream, and its TCP socket for the receive mark.
+struct Conn {
+    framed: Framed<Box<dyn Io>, Framing>,
+    fd: Option<std::os::fd::RawFd>,
+}
 
 /// The viewer's codec, with each decoded message's offset in the connection's stream
 /// (the offset of its frame's first byte), for errors that name it.
@@ -336,7 +341,8 @@ impl Reader {
         let mut next_step = attached.step;
         // The read side decodes straight from its buffer: every message one read brought
         // is decoded in one loop, with no stream poll and no lock per message.
-        let parts = conn.into_parts();
+        let mut mark = Watermark::new(conn.fd);
+        let parts = conn.framed.into_parts();
         let mut codec = parts.codec;
         let mut buf = parts.read_buf;
         let (mut rd, wr) = tokio::io::split(parts.io);
@@ -379,6 +385,24 @@ impl Reader {
                 // lock per [`BATCH`] messages.
                 let mut decoded = false;
                 loop {
+                    // Records are taken whole, as they came, and decoded by the verifier
+                    // (a test's read throttle counts them one by one instead).
+                    if throttle.is_none() {
+                        if let Some(run) = codec.0.take_records(&mut buf, next_step) {
+                            next_step = next_step.wrapping_add(run.count());
+                            shared.host_step.fetch_max(next_step, Ordering::Relaxed);
+                            decoded = true;
+                            batch.push(Item::Records(run));
+                            if batch.len() >= BATCH {
+                                if let Err(e) = spool.push_all(&mut batch) {
+                                    return Ended::Broken(format!(
+                                        "cannot spool the host's records to disk: {e}"
+                                    ));
+                                }
+                            }
+                            continue;
+                        }
+                    }
                     let next = if eof {
                         codec.decode_eof(&mut buf)
                     } else {
@@ -492,13 +516,17 @@ impl Reader {
                 let read = tokio::select! {
                     biased;
                     r = rd.read_buf(&mut buf) => r,
+                    _ = tokio::time::sleep(watermark::PATIENCE), if mark.raised() => {
+                        mark.lower();
+                        continue;
+                    }
                     _ = tokio::time::sleep_until(deadline) => {
                         return Ended::Lost(format!("the host sent nothing for {SILENCE_TIMEOUT_MS} ms"));
                     }
                 };
                 match read {
                     Ok(0) => eof = true,
-                    Ok(_) => {}
+                    Ok(n) => mark.after_read(n),
                     Err(e) => return Ended::Lost(format!("connection lost: {e}")),
                 }
             }
@@ -570,6 +598,7 @@ async fn connect(dial: &Dial) -> Result<(Conn, Welcome, World), Refused> {
 
 async fn handshake(dial: &Dial, tcp: TcpStream) -> Result<(Conn, Welcome, World), Refused> {
     let addr = &dial.addr;
+    let fd = Some(std::os::fd::AsRawFd::as_raw_fd(&tcp));
     let io: Box<dyn Io> = match &dial.tls {
         Some(tls) => match tls.connector.connect(tls.name.clone(), tcp).await {
             Ok(s) => Box::new(s),
@@ -577,13 +606,16 @@ async fn handshake(dial: &Dial, tcp: TcpStream) -> Result<(Conn, Welcome, World)
         },
         None => Box::new(tcp),
     };
-    let mut conn = Framed::with_capacity(io, Framing(ViewerCodec::new(addr.clone())), READ_BUFFER);
+    let mut conn = Conn {
+        framed: Framed::with_capacity(io, Framing(ViewerCodec::new(addr.clone())), READ_BUFFER),
+        fd,
+    };
     let hello = Hello {
         version: VERSION,
         role: PeerRole::Viewer as u8,
         token: dial.token.clone().unwrap_or_default().into_bytes(),
     };
-    if let Err(e) = conn.send(ToHost::Hello(hello)).await {
+    if let Err(e) = conn.framed.send(ToHost::Hello(hello)).await {
         return Err(Refused::Unreachable(format!(
             "cannot send the hello to {addr}: {e}"
         )));
@@ -634,7 +666,7 @@ async fn handshake(dial: &Dial, tcp: TcpStream) -> Result<(Conn, Welcome, World)
 /// peer sent, so a viewer pointed at something that is not an ostm host says what it is.
 async fn handshake_next(conn: &mut Conn, dial: &Dial) -> Result<(u64, ToViewer), Refused> {
     let addr = &dial.addr;
-    match conn.next().await {
+    match conn.framed.next().await {
         None => Err(Refused::Unreachable(format!(
             "{addr} closed the connection during the handshake{}",
             if dial.tls.is_some() {
@@ -644,7 +676,7 @@ async fn handshake_next(conn: &mut Conn, dial: &Dial) -> Result<(u64, ToViewer),
             }
         ))),
         Some(Err(WireError::Format(e))) => {
-            let seen = describe(conn.read_buffer());
+            let seen = describe(conn.framed.read_buffer());
             Err(Refused::Final(format!(
                 "{addr} is not an ostm host: it sent {seen} ({e})"
             )))

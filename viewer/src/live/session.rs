@@ -13,7 +13,7 @@ use super::trail::Trail;
 use ostm_protocol::fields::{self, Fields};
 use ostm_protocol::op::for_each_op;
 use ostm_protocol::recording::{check_target, Durability};
-use ostm_protocol::wire::{End, Record, ToHost, Welcome};
+use ostm_protocol::wire::{End, RecordRef, ToHost, Welcome};
 use ostm_protocol::{Op, World};
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -476,12 +476,16 @@ fn verify_loop(
     lower_thread_priority(opts.verifier_nice);
     let mut next_status = Instant::now() + STATUS_EVERY;
     let mut ops: Vec<Op> = Vec::new();
-    // The world before the step being verified, for a drift report.
-    let mut trail = Trail::new(&st.world);
+    let mut one = OneRecord {
+        opts,
+        net,
+        shared,
+        trail: Trail::new(&st.world),
+        throttled: 0,
+        throttle_start: Instant::now(),
+    };
     // Items taken from the spool, many at a time.
     let mut pending: VecDeque<Item> = VecDeque::new();
-    let mut throttled = 0u64;
-    let throttle_start = Instant::now();
     let mut clock_in = CLOCK_EVERY;
     loop {
         if shared.interrupted.is_set() {
@@ -519,50 +523,28 @@ fn verify_loop(
         };
         match item {
             Item::Record(r) => {
-                if st.lost.is_some() {
-                    return Stop::Failed(
-                        "protocol error: a record after the connection was lost".into(),
-                    );
-                }
-                if r.step != st.world.step {
-                    return Stop::Failed(format!(
-                        "protocol error: a record for step {}, expected step {}",
-                        r.step, st.world.step
-                    ));
-                }
                 ops.clear();
                 // The codec checked the input when it decoded the record.
                 let _ = for_each_op("record", &r.input, 0, |op| ops.push(op));
-                st.world.step(&ops);
-                let hash = st.world.hash();
-                if hash != r.hash {
-                    let before = trail.world();
-                    return Stop::Drift(Box::new(drift(net, shared, st, before, &r, hash)));
+                if let Err(stop) = one.verify(RecordRef::from(&r), &ops, st, events) {
+                    return stop;
                 }
-                trail.verified(&r.input, &st.world);
-                st.verified += 1;
-                st.stepped = true;
-                shared.viewer_step.store(st.world.step, Ordering::Relaxed);
-                st.reached(opts, "", events);
-                st.frame(opts, events);
-                if let Some(per_second) = opts.throttle {
-                    throttled += 1;
-                    let due = throttle_start
-                        + Duration::from_secs_f64(throttled as f64 / per_second.max(1) as f64);
-                    let now = Instant::now();
-                    if due > now {
-                        std::thread::sleep(due - now);
-                    }
+            }
+            Item::Records(run) => {
+                let mut stop = None;
+                let decoded =
+                    run.decode_each(&mut ops, |r, ops| match one.verify(r, ops, st, events) {
+                        Ok(()) => true,
+                        Err(s) => {
+                            stop = Some(s);
+                            false
+                        }
+                    });
+                if let Some(stop) = stop {
+                    return stop;
                 }
-                if let Some(rec) = st.recording.as_mut() {
-                    if let Err(e) = rec.push(&r.input, hash) {
-                        return Stop::Failed(format!("cannot write the recording: {e}"));
-                    }
-                }
-                if opts.steps.is_some_and(|n| st.verified >= n)
-                    || opts.until.is_some_and(|u| st.world.step >= u)
-                {
-                    return Stop::Asked;
+                if let Err(e) = decoded {
+                    return Stop::Failed(format!("protocol error: {e}"));
                 }
             }
             Item::Resync(world) => {
@@ -576,7 +558,7 @@ fn verify_loop(
                 st.resyncs += 1;
                 st.world = world;
                 st.stepped = false;
-                trail.restart(&st.world);
+                one.trail.restart(&st.world);
                 let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
                     Some(Err(e)) => {
                         return Stop::Failed(format!(
@@ -640,7 +622,7 @@ fn verify_loop(
                 st.connection = shared.connection.load(Ordering::SeqCst);
                 st.world = world;
                 st.stepped = false;
-                trail.restart(&st.world);
+                one.trail.restart(&st.world);
                 let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
                     Some(Err(e)) => {
                         return Stop::Failed(format!(
@@ -693,12 +675,89 @@ fn status(st: &State, shared: &Shared, backlog: u64) -> Status {
 
 /// Asks the host for its snapshot at the drifting step (when the connection that sent the
 /// step is still the current one), then hands the evidence to [`on_drift`].
+/// What verifying one record needs besides the session's state.
+struct OneRecord<'a> {
+    opts: &'a Options,
+    net: &'a Network,
+    shared: &'a Shared,
+    /// The world before the step being verified, for a drift report.
+    trail: Trail,
+    throttled: u64,
+    throttle_start: Instant,
+}
+
+impl OneRecord<'_> {
+    /// Runs one record's step and compares its hash; records it. `Err(stop)` ends the
+    /// session (drift, a protocol error, or the steps asked for are done).
+    fn verify(
+        &mut self,
+        r: RecordRef<'_>,
+        ops: &[Op],
+        st: &mut State,
+        events: &mut impl FnMut(Event<'_>),
+    ) -> Result<(), Stop> {
+        let opts = self.opts;
+        if st.lost.is_some() {
+            return Err(Stop::Failed(
+                "protocol error: a record after the connection was lost".into(),
+            ));
+        }
+        if r.step != st.world.step {
+            return Err(Stop::Failed(format!(
+                "protocol error: a record for step {}, expected step {}",
+                r.step, st.world.step
+            )));
+        }
+        st.world.step(ops);
+        let hash = st.world.hash();
+        if hash != r.hash {
+            let before = self.trail.world();
+            return Err(Stop::Drift(Box::new(drift(
+                self.net,
+                self.shared,
+                st,
+                before,
+                r,
+                hash,
+            ))));
+        }
+        self.trail.verified(r.input, &st.world);
+        st.verified += 1;
+        st.stepped = true;
+        self.shared
+            .viewer_step
+            .store(st.world.step, Ordering::Relaxed);
+        st.reached(opts, "", events);
+        st.frame(opts, events);
+        if let Some(per_second) = opts.throttle {
+            self.throttled += 1;
+            let due = self.throttle_start
+                + Duration::from_secs_f64(self.throttled as f64 / per_second.max(1) as f64);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+        if let Some(rec) = st.recording.as_mut() {
+            if let Err(e) = rec.push(r.input, hash) {
+                return Err(Stop::Failed(format!("cannot write the recording: {e}")));
+            }
+        }
+        if opts.steps.is_some_and(|n| st.verified >= n)
+            || opts.until.is_some_and(|u| st.world.step >= u)
+        {
+            return Err(Stop::Asked);
+        }
+        Ok(())
+    }
+}
+
 fn drift(
     net: &Network,
     shared: &Shared,
     st: &State,
     before: World,
-    r: &Record,
+    r: RecordRef<'_>,
     hash: u64,
 ) -> DriftReport {
     let step = st.world.step;

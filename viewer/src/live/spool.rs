@@ -8,14 +8,14 @@
 //! memory; further records go to the file, and come back from it in order.
 
 use bytes::Bytes;
-use ostm_protocol::wire::{End, Record, Welcome};
+use ostm_protocol::wire::{End, Record, RecordRun, Welcome};
 use ostm_protocol::World;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Records held in memory at most, in bytes (input bytes plus [`RECORD_OVERHEAD`] each).
@@ -35,6 +35,8 @@ pub enum Item {
         world: World,
     },
     Record(Record),
+    /// Record frames as they came, decoded by the verifier.
+    Records(RecordRun),
     /// A resync snapshot.
     Resync(World),
     /// The host's end message.
@@ -46,7 +48,8 @@ pub enum Item {
     },
 }
 
-/// A place in the queue: an item in memory, or that many records in the file.
+/// A place in the queue: an item in memory, or that many entries (records or runs) in
+/// the file.
 enum Entry {
     Item(Item),
     OnDisk(u64),
@@ -70,28 +73,26 @@ struct Inner {
 
 impl Inner {
     fn push(&mut self, dir: &Path, item: Item) -> io::Result<()> {
-        match item {
-            Item::Record(r) => {
-                let cost = r.input.len() + RECORD_OVERHEAD;
-                let spilling = matches!(self.queue.back(), Some(Entry::OnDisk(_)));
-                if spilling || self.mem_bytes + cost > MEMORY_BYTES {
-                    self.disk.append(dir, &r)?;
-                    self.on_disk += 1;
-                    match self.queue.back_mut() {
-                        Some(Entry::OnDisk(n)) => *n += 1,
-                        _ => {
-                            self.queue.push_back(Entry::OnDisk(1));
-                            self.disk_runs += 1;
-                        }
-                    }
-                } else {
-                    self.mem_bytes += cost;
-                    self.queue.push_back(Entry::Item(Item::Record(r)));
+        let Some((cost, records)) = cost(&item) else {
+            self.queue.push_back(Entry::Item(item));
+            return Ok(());
+        };
+        let spilling = matches!(self.queue.back(), Some(Entry::OnDisk(_)));
+        if spilling || self.mem_bytes + cost > MEMORY_BYTES {
+            self.disk.append(dir, &item)?;
+            self.on_disk += records;
+            match self.queue.back_mut() {
+                Some(Entry::OnDisk(n)) => *n += 1,
+                _ => {
+                    self.queue.push_back(Entry::OnDisk(1));
+                    self.disk_runs += 1;
                 }
-                self.records += 1;
             }
-            other => self.queue.push_back(Entry::Item(other)),
+        } else {
+            self.mem_bytes += cost;
+            self.queue.push_back(Entry::Item(item));
         }
+        self.records += records;
         Ok(())
     }
 
@@ -99,8 +100,7 @@ impl Inner {
         let item = match self.queue.front_mut() {
             None => return Ok(None),
             Some(Entry::OnDisk(n)) => {
-                let r = self.disk.take()?;
-                self.on_disk -= 1;
+                let item = self.disk.take()?;
                 *n -= 1;
                 if *n == 0 {
                     self.queue.pop_front();
@@ -109,14 +109,16 @@ impl Inner {
                         self.disk.reset()?;
                     }
                 }
-                self.records -= 1;
-                Item::Record(r)
+                let records = cost(&item).map_or(0, |(_, n)| n);
+                self.on_disk -= records;
+                self.records -= records;
+                item
             }
             Some(Entry::Item(_)) => match self.queue.pop_front() {
                 Some(Entry::Item(item)) => {
-                    if let Item::Record(r) = &item {
-                        self.mem_bytes -= r.input.len() + RECORD_OVERHEAD;
-                        self.records -= 1;
+                    if let Some((cost, records)) = cost(&item) {
+                        self.mem_bytes -= cost;
+                        self.records -= records;
                     }
                     item
                 }
@@ -124,6 +126,16 @@ impl Inner {
             },
         };
         Ok(Some(item))
+    }
+}
+
+/// What a record item costs the memory bound, and the records it carries; `None` for
+/// other items.
+fn cost(item: &Item) -> Option<(usize, u64)> {
+    match item {
+        Item::Record(r) => Some((r.input.len() + RECORD_OVERHEAD, 1)),
+        Item::Records(run) => Some((run.frames().len() + RECORD_OVERHEAD, run.count())),
+        _ => None,
     }
 }
 
@@ -141,6 +153,8 @@ struct Disk {
     ahead_pos: usize,
     /// Largest the file has been, in bytes.
     peak: u64,
+    /// The stream's name in the errors of runs read back (one name per session).
+    name: Option<Arc<str>>,
 }
 
 /// The spool; shared by the reader and the verifier.
@@ -175,6 +189,7 @@ impl Spool {
                     ahead: Vec::new(),
                     ahead_pos: 0,
                     peak: 0,
+                    name: None,
                 },
                 closed: false,
                 waiting: false,
@@ -278,19 +293,37 @@ impl Spool {
     }
 }
 
-/// A record in the spill file: u64 step, u64 hash, u16 input length, the input.
-const DISK_HEAD: usize = 18;
+/// An entry in the spill file: a kind byte, then for a record (0) u64 step, u64 hash, u16
+/// input length, the input; for a run of record frames (1) u64 stream offset, u64 first
+/// step, u64 count, u32 length, the frames. Little-endian.
+const RECORD_HEAD: usize = 1 + 8 + 8 + 2;
+const RUN_HEAD: usize = 1 + 8 + 8 + 8 + 4;
 
 impl Disk {
-    fn append(&mut self, dir: &Path, r: &Record) -> io::Result<()> {
+    fn append(&mut self, dir: &Path, item: &Item) -> io::Result<()> {
         if self.file.is_none() {
             self.file = Some(tempfile::tempfile_in(dir)?);
         }
-        self.pending.extend_from_slice(&r.step.to_le_bytes());
-        self.pending.extend_from_slice(&r.hash.to_le_bytes());
-        self.pending
-            .extend_from_slice(&(r.input.len() as u16).to_le_bytes());
-        self.pending.extend_from_slice(&r.input);
+        let p = &mut self.pending;
+        match item {
+            Item::Record(r) => {
+                p.push(0);
+                p.extend_from_slice(&r.step.to_le_bytes());
+                p.extend_from_slice(&r.hash.to_le_bytes());
+                p.extend_from_slice(&(r.input.len() as u16).to_le_bytes());
+                p.extend_from_slice(&r.input);
+            }
+            Item::Records(run) => {
+                p.push(1);
+                p.extend_from_slice(&run.base().to_le_bytes());
+                p.extend_from_slice(&run.first_step().to_le_bytes());
+                p.extend_from_slice(&run.count().to_le_bytes());
+                p.extend_from_slice(&(run.frames().len() as u32).to_le_bytes());
+                p.extend_from_slice(run.frames());
+                self.name = Some(Arc::from(run.name()));
+            }
+            _ => return Err(io::Error::other("only records are spilled")),
+        }
         if self.pending.len() >= CHUNK {
             self.write_pending()?;
         }
@@ -336,22 +369,38 @@ impl Disk {
         Ok(())
     }
 
-    fn take(&mut self) -> io::Result<Record> {
-        self.want(DISK_HEAD)?;
-        let h = &self.ahead[self.ahead_pos..self.ahead_pos + DISK_HEAD];
+    fn take(&mut self) -> io::Result<Item> {
+        self.want(1)?;
+        let kind = self.ahead[self.ahead_pos];
+        let head = if kind == 0 { RECORD_HEAD } else { RUN_HEAD };
+        self.want(head)?;
+        let h = &self.ahead[self.ahead_pos..self.ahead_pos + head];
         let word = |i: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&h[i..i + 8]);
             u64::from_le_bytes(b)
         };
-        let (step, hash) = (word(0), word(8));
-        let len = u16::from_le_bytes([h[16], h[17]]) as usize;
-        self.want(DISK_HEAD + len)?;
-        let start = self.ahead_pos + DISK_HEAD;
-        let input = Bytes::copy_from_slice(&self.ahead[start..start + len]);
-        self.ahead_pos += DISK_HEAD + len;
-        self.read += (DISK_HEAD + len) as u64;
-        Ok(Record { step, hash, input })
+        let len = if kind == 0 {
+            u16::from_le_bytes([h[17], h[18]]) as usize
+        } else {
+            u32::from_le_bytes([h[25], h[26], h[27], h[28]]) as usize
+        };
+        let (a, b, c) = (word(1), word(9), if kind == 0 { 0 } else { word(17) });
+        self.want(head + len)?;
+        let start = self.ahead_pos + head;
+        let bytes = Bytes::copy_from_slice(&self.ahead[start..start + len]);
+        self.ahead_pos += head + len;
+        self.read += (head + len) as u64;
+        Ok(if kind == 0 {
+            Item::Record(Record {
+                step: a,
+                hash: b,
+                input: bytes,
+            })
+        } else {
+            let name = self.name.clone().unwrap_or_else(|| Arc::from("stream"));
+            Item::Records(RecordRun::from_parts(bytes, a, b, c, name))
+        })
     }
 
     /// Everything on disk has been read: start the file over.
@@ -440,6 +489,57 @@ mod tests {
                 peak_disk_bytes: spool.backlog().peak_disk_bytes
             }
         );
+    }
+
+    /// Runs of record frames spill whole and come back as they went in, among single
+    /// records, with their records counted in the backlog.
+    #[test]
+    fn runs_spill_to_disk_and_come_back_whole() {
+        use bytes::BytesMut;
+        use ostm_protocol::wire::{Codec, ToViewer, ViewerCodec};
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(dir.path());
+        let mut codec = ViewerCodec::new("host");
+        let mut step = 0u64;
+        let mut runs = Vec::new();
+        while spool.backlog().on_disk == 0 || runs.len() < 2000 {
+            let mut buf = BytesMut::new();
+            for _ in 0..(runs.len() % 300 + 1) {
+                let r = record(step, runs.len() % 40);
+                step += 1;
+                let f = Codec::<ToViewer, ToViewer>::encode_frame(&ToViewer::Record(r)).unwrap();
+                buf.extend_from_slice(&f.0);
+            }
+            let first = step - (runs.len() % 300 + 1) as u64;
+            let run = codec.take_records(&mut buf, first).unwrap();
+            assert!(buf.is_empty());
+            spool.push(Item::Records(run.clone())).unwrap();
+            runs.push(Item::Records(run));
+            if runs.len() % 50 == 0 {
+                let r = record(step, 3);
+                spool.push(Item::Record(r.clone())).unwrap();
+                runs.push(Item::Record(r));
+                step += 1;
+                codec = ViewerCodec::new("host");
+            }
+            assert!(spool.lock().mem_bytes <= MEMORY_BYTES);
+        }
+        assert_eq!(spool.backlog().records, step);
+        for want in runs {
+            let got = spool.pop(Duration::ZERO).unwrap().unwrap();
+            match (got, want) {
+                (Item::Records(a), Item::Records(b)) => {
+                    assert_eq!(a.frames(), b.frames());
+                    assert_eq!(
+                        (a.base(), a.first_step(), a.count(), a.name()),
+                        (b.base(), b.first_step(), b.count(), b.name())
+                    );
+                }
+                (Item::Record(a), Item::Record(b)) => assert_eq!(a, b),
+                (a, b) => panic!("{a:?} came back for {b:?}"),
+            }
+        }
+        assert_eq!(spool.backlog().records, 0);
     }
 
     #[test]
