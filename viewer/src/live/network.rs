@@ -39,7 +39,7 @@ pub const RECONNECT_FIRST_WAIT: Duration = Duration::from_millis(250);
 const BATCH: usize = 1024;
 /// The read buffer's size: a fast host's records are taken in reads of up to this much,
 /// not of tokio-util's default 8 KiB (fewer system calls and wake-ups per record).
-const READ_BUFFER: usize = 64 * 1024;
+const READ_BUFFER: usize = 256 * 1024;
 /// The longest wait between two reconnection attempts.
 pub const RECONNECT_MAX_WAIT: Duration = Duration::from_secs(5);
 
