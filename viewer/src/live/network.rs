@@ -88,6 +88,9 @@ impl Interrupt {
 
 /// Why a drift request on TCP gets no answer once the connection has ended.
 pub const HOST_CLOSED: &str = "the host has closed the connection; it cannot be asked any more";
+/// Why a drift request through NATS gets no answer once the reader has stopped.
+pub const NATS_READER_STOPPED: &str =
+    "the viewer's NATS reader has stopped; the host cannot be asked through it any more";
 
 /// The reader's thread and what the verifier uses to reach the host.
 pub struct Network {
@@ -97,6 +100,8 @@ pub struct Network {
     /// Drift replies, and `Err(why)` when none will come (the connection that would carry
     /// it has ended, or no host answered the request).
     pub replies: std::sync::mpsc::Receiver<Result<DriftReply, String>>,
+    /// Why no reply can come once the reader's thread has ended.
+    pub gone: &'static str,
 }
 
 impl Network {
@@ -108,6 +113,11 @@ impl Network {
         spool: Arc<Spool>,
         shared: Arc<Shared>,
     ) -> std::io::Result<Network> {
+        let gone = if nats.is_some() {
+            NATS_READER_STOPPED
+        } else {
+            HOST_CLOSED
+        };
         let cancel = CancellationToken::new();
         let (to_host, from_verifier) = mpsc::unbounded_channel();
         let (reply_tx, replies) = std::sync::mpsc::channel();
@@ -163,6 +173,7 @@ impl Network {
             cancel,
             to_host,
             replies,
+            gone,
         })
     }
 

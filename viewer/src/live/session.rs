@@ -783,7 +783,7 @@ fn drift(
                     break;
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    no_reply = Some(super::network::HOST_CLOSED.into());
+                    no_reply = Some(net.gone.into());
                     break;
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
