@@ -17,7 +17,9 @@
 //!    `ostm-viewer render FILE --step N` for the middle step (which runs from step 0).
 //!
 //! Environment: OSTM_BENCH_SECS (10), OSTM_BENCH_RUNS (3), OSTM_BENCH_SEEK_STEPS (16777216),
-//! OSTM_BENCH_BROWSER_NICE (0: chromedriver and Chromium at this process's priority).
+//! OSTM_BENCH_BROWSER_NICE (0: chromedriver and Chromium at this process's priority),
+//! OSTM_BENCH_VERIFIER_NICE (unset: each viewer's default `--verifier-nice`; set: that
+//! value for both `attach` and `watch`).
 
 #[path = "../tests/browser/mod.rs"]
 mod browser;
@@ -53,10 +55,21 @@ fn last_rate(stdout: &str) -> f64 {
         .unwrap_or_else(|| panic!("no status line in {stdout}"))
 }
 
+/// `--verifier-nice N` for both viewers when OSTM_BENCH_VERIFIER_NICE is set (else each
+/// runs with its default).
+fn verifier_nice() -> Vec<String> {
+    match std::env::var("OSTM_BENCH_VERIFIER_NICE") {
+        Ok(n) => vec!["--verifier-nice".into(), n],
+        Err(_) => vec![],
+    }
+}
+
 fn attach_run(secs: u64) -> f64 {
     let host = Host::start(&HOST);
     let mut p = ostm_testkit::Proc::spawn(
-        Command::new(env!("CARGO_BIN_EXE_ostm-viewer")).args(["attach", &host.addr, "--json"]),
+        Command::new(env!("CARGO_BIN_EXE_ostm-viewer"))
+            .args(["attach", &host.addr, "--json"])
+            .args(verifier_nice()),
     );
     p.wait_line(|l| l.contains("\"attached\""));
     std::thread::sleep(Duration::from_secs(secs));
@@ -178,7 +191,10 @@ const COUNTERS: &str = "const s = window.ostm; \
 /// drawing before patching) instead of patching it.
 async fn watch_run(host: &[&str], secs: u64, b: &Browser, whole: bool) -> (f64, Page) {
     let host = Host::start(host);
-    let (mut p, url) = watch(&[&host.addr, "--json"]);
+    let nice = verifier_nice();
+    let mut args = vec![host.addr.as_str(), "--json"];
+    args.extend(nice.iter().map(String::as_str));
+    let (mut p, url) = watch(&args);
     p.wait_line(|l| l.contains("\"attached\""));
     b.client.goto(&url).await.expect("the page");
     b.until("a frame", "return window.ostm.frame ? 1 : 0;", |v| v == 1)
