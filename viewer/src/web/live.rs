@@ -6,6 +6,7 @@
 
 use super::frame::{self, Check, Look, Shown};
 use super::request::{DriftWorld, Request};
+use super::yield_to_proof::Yield;
 use super::{pace, Requests, Tab, STATUS_EVERY};
 use crate::live::drift::DriftReport;
 use crate::live::session::{Event, FrameRequest, Outcome, Status, Stop};
@@ -162,6 +163,8 @@ pub struct Hub {
     latest: watch::Sender<Option<Arc<Shot>>>,
     phase: watch::Sender<Arc<Phase>>,
     board: Mutex<Board>,
+    /// How far apart frames go while the verifier waits for a CPU.
+    yielding: Yield,
 }
 
 impl Hub {
@@ -177,6 +180,7 @@ impl Hub {
                 recording: recording.map(Path::to_path_buf),
                 ..Board::default()
             }),
+            yielding: Yield::default(),
         }
     }
 
@@ -193,6 +197,7 @@ impl Hub {
 
     /// Takes one event of the session (on the verifier's thread).
     pub fn on(&self, ev: &Event<'_>) {
+        self.yielding.note_verifier_thread();
         match *ev {
             Event::Attached { world, .. } => {
                 {
@@ -303,12 +308,14 @@ impl Hub {
             Some(s) => json!({"type": "status", "host_step": s.host_step, "step": s.step,
                 "verified": s.verified, "lag": s.lag(), "rate": (s.rate * 10.0).round() / 10.0,
                 "resyncs": s.resyncs, "gaps": s.gaps, "backlog": s.backlog,
-                "recording": recording, "strip": b.strip.json(s.step), "lost": b.lost}),
+                "recording": recording, "strip": b.strip.json(s.step), "lost": b.lost,
+                "frame_gap_ms": self.yielding.gap().as_millis() as u64}),
             None => {
                 let step = b.attached.map(|a| a.2);
                 json!({"type": "status", "host_step": step, "step": step, "verified": 0,
                 "lag": 0, "rate": 0.0, "resyncs": 0, "gaps": 0, "backlog": 0,
-                "recording": recording, "strip": step.map(|s| b.strip.json(s)), "lost": b.lost})
+                "recording": recording, "strip": step.map(|s| b.strip.json(s)), "lost": b.lost,
+                "frame_gap_ms": self.yielding.gap().as_millis() as u64})
             }
         }
         .to_string()
@@ -362,6 +369,9 @@ struct View {
     drift_world: DriftWorld,
     /// Set by `ready`: the tab can draw the next frame.
     wants: bool,
+    /// `ready` came and the verifier has not been asked yet: it is, once the frame gap
+    /// has passed since the last frame.
+    ask: bool,
 }
 
 /// Serves one tab until it goes.
@@ -377,6 +387,7 @@ pub async fn tab(hub: Arc<Hub>, tab: &Tab, requests: &mut Requests) {
         },
         drift_world: DriftWorld::LastVerified,
         wants: true,
+        ask: false,
     };
     if !tab.send(hub.hello()).await {
         return;
@@ -403,7 +414,11 @@ pub async fn tab(hub: Arc<Hub>, tab: &Tab, requests: &mut Requests) {
                     }
                 }
             },
-            changed = latest.changed(), if view.wants && ended.is_none() => {
+            () = tokio::time::sleep_until(last_frame + hub.yielding.gap()), if view.ask => {
+                view.ask = false;
+                hub.frames.ask();
+            },
+            changed = latest.changed(), if view.wants && !view.ask && ended.is_none() => {
                 if changed.is_err() {
                     return;
                 }
@@ -438,7 +453,10 @@ pub async fn tab(hub: Arc<Hub>, tab: &Tab, requests: &mut Requests) {
                     }
                 }
             },
-            _ = status.tick() => tab.offer(hub.status()),
+            _ = status.tick() => {
+                hub.yielding.sample();
+                tab.offer(hub.status());
+            }
         }
     }
 }
@@ -454,7 +472,7 @@ fn handle(hub: &Hub, view: &mut View, ended: Option<&Phase>, req: Request) -> Re
             if ended.is_none() {
                 tracing::debug!("a tab is ready for a frame");
                 view.wants = true;
-                hub.frames.ask();
+                view.ask = true;
             }
             Ok(false)
         }

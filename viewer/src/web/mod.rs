@@ -14,6 +14,7 @@ pub mod frame;
 pub mod live;
 pub mod replay;
 pub mod request;
+pub mod yield_to_proof;
 
 use access::{Access, Refused};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};

@@ -131,6 +131,8 @@
       $("gaps").textContent = num(m.gaps);
       $("lost-item").hidden = !m.lost;
       if (m.lost) $("lost").textContent = m.lost;
+      $("yield-item").hidden = !m.frame_gap_ms;
+      if (m.frame_gap_ms) $("frame-gap").textContent = num(m.frame_gap_ms);
       $("recording-item").hidden = !m.recording;
       if (m.recording) {
         $("recording").textContent = `${m.recording.path} (${bytes(m.recording.bytes)})`;

@@ -1,0 +1,193 @@
+//! Frames yield to the proof: when the verifier waits for a CPU, a live page's frames come
+//! further apart, so the browser drawing them takes less of the machine from verification
+//! (docs/watch.md, "Frames yield to the proof").
+//!
+//! Every [`SAMPLE_EVERY`] or so the hub reads the verifier thread's scheduler counters
+//! (Linux `/proc/self/task/TID/schedstat`: time on a CPU, time waiting for one). When over
+//! the last sample it waited at least [`PRESSED`] of the time, the gap between two frames
+//! to a tab doubles (from [`FIRST_GAP`] up to [`MAX_GAP`]); when it waited less than
+//! [`EASED`], the gap halves, down to none below [`FIRST_GAP`]. Without the counters
+//! (another system, or no verifier thread yet) there is no gap.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How often the counters are read, at most.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// The verifier is pressed when it waited for a CPU this part of the time (per mille).
+pub const PRESSED: u64 = 100;
+/// Below this part of the time (per mille), the pressure has eased.
+pub const EASED: u64 = 50;
+/// The first gap when the verifier is pressed.
+pub const FIRST_GAP: Duration = Duration::from_millis(50);
+/// The longest gap: a pressed page still gets a frame a second.
+pub const MAX_GAP: Duration = Duration::from_secs(1);
+
+/// The verifier's thread and the gap it calls for.
+#[derive(Debug, Default)]
+pub struct Yield {
+    /// The verifier's thread id (0: not known yet).
+    tid: AtomicU64,
+    /// The gap between two frames to a tab, in milliseconds.
+    gap_ms: AtomicU64,
+    last: Mutex<Option<Sample>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Instant,
+    waited_ns: u64,
+}
+
+impl Yield {
+    /// Called on the verifier's thread: notes which thread it is (once).
+    pub fn note_verifier_thread(&self) {
+        if self.tid.load(Ordering::Relaxed) == 0 {
+            // SAFETY: gettid takes no arguments and touches no memory.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u64;
+            self.tid.store(tid, Ordering::Relaxed);
+        }
+    }
+
+    /// The gap between two frames to a tab now.
+    pub fn gap(&self) -> Duration {
+        Duration::from_millis(self.gap_ms.load(Ordering::Relaxed))
+    }
+
+    /// Reads the verifier's counters when [`SAMPLE_EVERY`] has passed, and sets the gap.
+    pub fn sample(&self) {
+        let tid = self.tid.load(Ordering::Relaxed);
+        if tid == 0 {
+            return;
+        }
+        let Some(waited_ns) = waited(tid) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(prev) = *last else {
+            *last = Some(Sample { at: now, waited_ns });
+            return;
+        };
+        let wall = now.duration_since(prev.at);
+        if wall < SAMPLE_EVERY {
+            return;
+        }
+        *last = Some(Sample { at: now, waited_ns });
+        let per_mille = waited_ns
+            .saturating_sub(prev.waited_ns)
+            .saturating_mul(1000)
+            / (wall.as_nanos() as u64).max(1);
+        let gap = next_gap(self.gap(), per_mille);
+        self.gap_ms.store(gap.as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+/// The gap after a sample in which the verifier waited `per_mille` of the time.
+pub fn next_gap(gap: Duration, per_mille: u64) -> Duration {
+    if per_mille >= PRESSED {
+        (gap * 2).clamp(FIRST_GAP, MAX_GAP)
+    } else if per_mille < EASED {
+        let half = gap / 2;
+        if half < FIRST_GAP {
+            Duration::ZERO
+        } else {
+            half
+        }
+    } else {
+        gap
+    }
+}
+
+/// Nanoseconds thread `tid` of this process has waited for a CPU so far.
+fn waited(tid: u64) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gap_doubles_while_pressed_and_halves_away_once_eased() {
+        let mut gap = Duration::ZERO;
+        let mut seen = vec![];
+        for _ in 0..7 {
+            gap = next_gap(gap, PRESSED);
+            seen.push(gap.as_millis());
+        }
+        assert_eq!(seen, [50, 100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(
+            next_gap(gap, (PRESSED + EASED) / 2),
+            gap,
+            "in between: kept"
+        );
+        let mut seen = vec![];
+        for _ in 0..6 {
+            gap = next_gap(gap, EASED - 1);
+            seen.push(gap.as_millis());
+        }
+        assert_eq!(seen, [500, 250, 125, 62, 0, 0]);
+    }
+
+    /// A "verifier" that spins among more spinning threads than the machine has cores
+    /// waits for a CPU, and the gap opens; alone and asleep, it does not.
+    #[test]
+    fn a_verifier_that_waits_for_a_cpu_opens_the_gap() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let y = Arc::new(Yield::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let spin = |note: bool| {
+            let (y, stop) = (y.clone(), stop.clone());
+            std::thread::spawn(move || {
+                if note {
+                    y.note_verifier_thread();
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let mut threads = vec![spin(true)];
+        threads.extend((0..2 * cores).map(|_| spin(false)));
+        while y.tid.load(Ordering::Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        if waited(y.tid.load(Ordering::Relaxed)).is_none() {
+            // A kernel without scheduler statistics: no gap, ever.
+            stop.store(true, Ordering::Relaxed);
+            y.sample();
+            assert_eq!(y.gap(), Duration::ZERO);
+            return;
+        }
+        for _ in 0..3 {
+            y.sample();
+            std::thread::sleep(SAMPLE_EVERY + Duration::from_millis(20));
+        }
+        y.sample();
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(y.gap() >= FIRST_GAP, "a waiting verifier opens the gap");
+        // The same thread id now names no thread: the counters are gone, the gap stays
+        // as it was. A verifier that sleeps (this test's own thread) lets it close.
+        let idle = Yield::default();
+        idle.note_verifier_thread();
+        idle.gap_ms
+            .store(MAX_GAP.as_millis() as u64, Ordering::Relaxed);
+        for _ in 0..8 {
+            idle.sample();
+            std::thread::sleep(SAMPLE_EVERY + Duration::from_millis(20));
+        }
+        idle.sample();
+        assert!(
+            idle.gap() < MAX_GAP,
+            "a sleeping verifier lets the gap close"
+        );
+    }
+}
