@@ -4,9 +4,11 @@
 //!
 //! Every [`SAMPLE_EVERY`] or so the hub reads the verifier thread's scheduler counters
 //! (Linux `/proc/self/task/TID/schedstat`: time on a CPU, time waiting for one). When over
-//! the last sample it waited at least [`PRESSED`] of the time, the gap between two frames
-//! to a tab doubles (from [`FIRST_GAP`] up to [`MAX_GAP`]); when it waited less than
-//! [`EASED`], the gap halves, down to none below [`FIRST_GAP`]. Without the counters
+//! the last sample it ran at least [`BUSY`] of the time and waited at least [`PRESSED`]
+//! of it, the gap between two frames to a tab doubles (from [`FIRST_GAP`] up to
+//! [`MAX_GAP`]); otherwise, when it waited less than [`EASED`] or ran less than [`BUSY`],
+//! the gap halves, down to none below [`FIRST_GAP`]. A verifier with little to do (a slow
+//! host) never holds the page back, however its few wake-ups wait. Without the counters
 //! (another system, or no verifier thread yet) there is no gap.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +17,9 @@ use std::time::{Duration, Instant};
 
 /// How often the counters are read, at most.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);
-/// The verifier is pressed when it waited for a CPU this part of the time (per mille).
+/// The verifier is busy when it ran this part of the time (per mille).
+pub const BUSY: u64 = 250;
+/// A busy verifier is pressed when it waited for a CPU this part of the time (per mille).
 pub const PRESSED: u64 = 100;
 /// Below this part of the time (per mille), the pressure has eased.
 pub const EASED: u64 = 50;
@@ -37,6 +41,7 @@ pub struct Yield {
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     at: Instant,
+    ran_ns: u64,
     waited_ns: u64,
 }
 
@@ -61,34 +66,43 @@ impl Yield {
         if tid == 0 {
             return;
         }
-        let Some(waited_ns) = waited(tid) else {
+        let Some((ran_ns, waited_ns)) = counters(tid) else {
             return;
         };
         let now = Instant::now();
+        let sample = Sample {
+            at: now,
+            ran_ns,
+            waited_ns,
+        };
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let Some(prev) = *last else {
-            *last = Some(Sample { at: now, waited_ns });
+            *last = Some(sample);
             return;
         };
         let wall = now.duration_since(prev.at);
         if wall < SAMPLE_EVERY {
             return;
         }
-        *last = Some(Sample { at: now, waited_ns });
-        let per_mille = waited_ns
-            .saturating_sub(prev.waited_ns)
-            .saturating_mul(1000)
-            / (wall.as_nanos() as u64).max(1);
-        let gap = next_gap(self.gap(), per_mille);
+        *last = Some(sample);
+        let per_mille = |now: u64, then: u64| {
+            now.saturating_sub(then).saturating_mul(1000) / (wall.as_nanos() as u64).max(1)
+        };
+        let gap = next_gap(
+            self.gap(),
+            per_mille(ran_ns, prev.ran_ns),
+            per_mille(waited_ns, prev.waited_ns),
+        );
         self.gap_ms.store(gap.as_millis() as u64, Ordering::Relaxed);
     }
 }
 
-/// The gap after a sample in which the verifier waited `per_mille` of the time.
-pub fn next_gap(gap: Duration, per_mille: u64) -> Duration {
-    if per_mille >= PRESSED {
+/// The gap after a sample in which the verifier ran `ran` and waited `waited` per mille
+/// of the time.
+pub fn next_gap(gap: Duration, ran: u64, waited: u64) -> Duration {
+    if ran >= BUSY && waited >= PRESSED {
         (gap * 2).clamp(FIRST_GAP, MAX_GAP)
-    } else if per_mille < EASED {
+    } else if ran < BUSY || waited < EASED {
         let half = gap / 2;
         if half < FIRST_GAP {
             Duration::ZERO
@@ -100,10 +114,11 @@ pub fn next_gap(gap: Duration, per_mille: u64) -> Duration {
     }
 }
 
-/// Nanoseconds thread `tid` of this process has waited for a CPU so far.
-fn waited(tid: u64) -> Option<u64> {
+/// Nanoseconds thread `tid` of this process has run on a CPU and waited for one so far.
+fn counters(tid: u64) -> Option<(u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    text.split_whitespace().nth(1)?.parse().ok()
+    let mut f = text.split_whitespace().map(str::parse::<u64>);
+    Some((f.next()?.ok()?, f.next()?.ok()?))
 }
 
 #[cfg(test)]
@@ -115,27 +130,34 @@ mod tests {
         let mut gap = Duration::ZERO;
         let mut seen = vec![];
         for _ in 0..7 {
-            gap = next_gap(gap, PRESSED);
+            gap = next_gap(gap, BUSY, PRESSED);
             seen.push(gap.as_millis());
         }
         assert_eq!(seen, [50, 100, 200, 400, 800, 1000, 1000]);
+        let between = (PRESSED + EASED) / 2;
+        assert_eq!(next_gap(gap, BUSY, between), gap, "in between: kept");
         assert_eq!(
-            next_gap(gap, (PRESSED + EASED) / 2),
-            gap,
-            "in between: kept"
+            next_gap(gap, BUSY - 1, PRESSED).as_millis(),
+            500,
+            "not busy: eased"
         );
         let mut seen = vec![];
         for _ in 0..6 {
-            gap = next_gap(gap, EASED - 1);
+            gap = next_gap(gap, 1000, EASED - 1);
             seen.push(gap.as_millis());
         }
         assert_eq!(seen, [500, 250, 125, 62, 0, 0]);
+        assert_eq!(
+            next_gap(Duration::ZERO, BUSY - 1, 1000),
+            Duration::ZERO,
+            "a verifier with little to do never holds the page back"
+        );
     }
 
-    /// A "verifier" that spins among more spinning threads than the machine has cores
-    /// waits for a CPU, and the gap opens; alone and asleep, it does not.
+    /// A "verifier" that spins among more spinning threads than the machine has cores is
+    /// seen waiting for a CPU; one that sleeps lets the gap close.
     #[test]
-    fn a_verifier_that_waits_for_a_cpu_opens_the_gap() {
+    fn the_counters_show_a_verifier_waiting_and_a_sleeping_one_closes_the_gap() {
         use std::sync::atomic::AtomicBool;
         use std::sync::Arc;
         let y = Arc::new(Yield::default());
@@ -157,23 +179,26 @@ mod tests {
         while y.tid.load(Ordering::Relaxed) == 0 {
             std::thread::yield_now();
         }
-        if waited(y.tid.load(Ordering::Relaxed)).is_none() {
+        if counters(y.tid.load(Ordering::Relaxed)).is_none() {
             // A kernel without scheduler statistics: no gap, ever.
             stop.store(true, Ordering::Relaxed);
             y.sample();
             assert_eq!(y.gap(), Duration::ZERO);
             return;
         }
-        for _ in 0..3 {
-            y.sample();
-            std::thread::sleep(SAMPLE_EVERY + Duration::from_millis(20));
-        }
-        y.sample();
+        // Spinning among more spinners than cores, it waits for a CPU much of the time
+        // (the more so the busier the machine).
+        let tid = y.tid.load(Ordering::Relaxed);
+        let (t0, (_, w0)) = (Instant::now(), counters(tid).unwrap_or_default());
+        std::thread::sleep(SAMPLE_EVERY * 2);
+        let (_, w1) = counters(tid).unwrap_or_default();
+        let wall = t0.elapsed().as_nanos() as u64;
         stop.store(true, Ordering::Relaxed);
         for t in threads {
             t.join().unwrap();
         }
-        assert!(y.gap() >= FIRST_GAP, "a waiting verifier opens the gap");
+        let waited = (w1 - w0) * 1000 / wall.max(1);
+        assert!(waited >= PRESSED, "waited {waited} per mille");
         // The same thread id now names no thread: the counters are gone, the gap stays
         // as it was. A verifier that sleeps (this test's own thread) lets it close.
         let idle = Yield::default();
