@@ -28,8 +28,8 @@ pub const DRIFT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 const STATUS_EVERY: Duration = Duration::from_millis(250);
 /// Items the verifier takes from the spool at once, at most.
 const TAKE: usize = 4096;
-/// Items between two readings of the clock for the status tick, at most (a few
-/// milliseconds of steps at full speed).
+/// Records between two readings of the clock for the status tick, at most (a few
+/// milliseconds of steps at full speed; a run of more is one reading).
 const CLOCK_EVERY: u32 = 256;
 
 /// What the session is asked to do.
@@ -497,9 +497,13 @@ fn verify_loop(
             }
         }
         let item = pending.pop_front();
-        // The clock is read once per CLOCK_EVERY items (and whenever the spool ran dry),
-        // not per record.
-        clock_in = clock_in.saturating_sub(1);
+        // The clock is read once per CLOCK_EVERY records (a run counts its records; and
+        // whenever the spool ran dry), not per record.
+        let weight = match &item {
+            Some(Item::Records(run)) => u32::try_from(run.count()).unwrap_or(u32::MAX),
+            _ => 1,
+        };
+        clock_in = clock_in.saturating_sub(weight);
         if (clock_in == 0 || pending.is_empty()) && {
             clock_in = CLOCK_EVERY;
             Instant::now() >= next_status
