@@ -28,8 +28,8 @@ pub const DRIFT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 const STATUS_EVERY: Duration = Duration::from_millis(250);
 /// Items the verifier takes from the spool at once, at most.
 const TAKE: usize = 4096;
-/// Records between two readings of the clock for the status tick, at most (a few
-/// milliseconds of steps at full speed; a run of more is one reading).
+/// Items or records between two readings of the clock for the status tick, at most (a
+/// few milliseconds of steps at full speed).
 const CLOCK_EVERY: u32 = 256;
 
 /// What the session is asked to do.
@@ -474,7 +474,10 @@ fn verify_loop(
     events: &mut impl FnMut(Event<'_>),
 ) -> Stop {
     lower_thread_priority(opts.verifier_nice);
-    let mut next_status = Instant::now() + STATUS_EVERY;
+    let mut ticker = Ticker {
+        next_status: Instant::now() + STATUS_EVERY,
+        clock_in: CLOCK_EVERY,
+    };
     let mut ops: Vec<Op> = Vec::new();
     let mut one = OneRecord {
         opts,
@@ -486,7 +489,6 @@ fn verify_loop(
     };
     // Items taken from the spool, many at a time.
     let mut pending: VecDeque<Item> = VecDeque::new();
-    let mut clock_in = CLOCK_EVERY;
     loop {
         if shared.interrupted.is_set() {
             return Stop::Interrupted;
@@ -497,28 +499,8 @@ fn verify_loop(
             }
         }
         let item = pending.pop_front();
-        // The clock is read once per CLOCK_EVERY records (a run counts its records; and
-        // whenever the spool ran dry), not per record.
-        let weight = match &item {
-            Some(Item::Records(run)) => u32::try_from(run.count()).unwrap_or(u32::MAX),
-            _ => 1,
-        };
-        clock_in = clock_in.saturating_sub(weight);
-        if (clock_in == 0 || pending.is_empty()) && {
-            clock_in = CLOCK_EVERY;
-            Instant::now() >= next_status
-        } {
-            next_status = Instant::now() + STATUS_EVERY;
-            if let Some(rec) = st.recording.as_mut() {
-                if let Err(e) = rec.tick() {
-                    return Stop::Failed(format!("cannot write the recording: {e}"));
-                }
-            }
-            let backlog = spool.backlog();
-            st.backlog_peak.records = st.backlog_peak.records.max(backlog.records);
-            st.backlog_peak.on_disk = st.backlog_peak.on_disk.max(backlog.on_disk);
-            st.backlog_peak.peak_disk_bytes = backlog.peak_disk_bytes;
-            events(Event::Status(status(st, shared, backlog.records)));
+        if let Err(stop) = ticker.count(pending.is_empty(), st, shared, spool, events) {
+            return stop;
         }
         let Some(item) = item else {
             // Idle: a view that asked still gets the world it holds.
@@ -536,14 +518,19 @@ fn verify_loop(
             }
             Item::Records(run) => {
                 let mut stop = None;
-                let decoded =
-                    run.decode_each(&mut ops, |r, ops| match one.verify(r, ops, st, events) {
+                // A run may hold thousands of records: the status keeps its pace within it.
+                let decoded = run.decode_each(&mut ops, |r, ops| {
+                    match ticker
+                        .count(false, st, shared, spool, events)
+                        .and_then(|()| one.verify(r, ops, st, events))
+                    {
                         Ok(()) => true,
                         Err(s) => {
                             stop = Some(s);
                             false
                         }
-                    });
+                    }
+                });
                 if let Some(stop) = stop {
                     return stop;
                 }
@@ -679,6 +666,49 @@ fn status(st: &State, shared: &Shared, backlog: u64) -> Status {
 
 /// Asks the host for its snapshot at the drifting step (when the connection that sent the
 /// step is still the current one), then hands the evidence to [`on_drift`].
+/// The status tick: the clock is read once per [`CLOCK_EVERY`] items or records (and
+/// whenever the spool ran dry), not per record; when the status is due, the recording is
+/// flushed and the status reported.
+struct Ticker {
+    next_status: Instant,
+    clock_in: u32,
+}
+
+impl Ticker {
+    fn count(
+        &mut self,
+        dry: bool,
+        st: &mut State,
+        shared: &Shared,
+        spool: &Spool,
+        events: &mut impl FnMut(Event<'_>),
+    ) -> Result<(), Stop> {
+        self.clock_in = self.clock_in.saturating_sub(1);
+        if !(self.clock_in == 0 || dry) {
+            return Ok(());
+        }
+        self.clock_in = CLOCK_EVERY;
+        if shared.interrupted.is_set() {
+            return Err(Stop::Interrupted);
+        }
+        if Instant::now() < self.next_status {
+            return Ok(());
+        }
+        self.next_status = Instant::now() + STATUS_EVERY;
+        if let Some(rec) = st.recording.as_mut() {
+            if let Err(e) = rec.tick() {
+                return Err(Stop::Failed(format!("cannot write the recording: {e}")));
+            }
+        }
+        let backlog = spool.backlog();
+        st.backlog_peak.records = st.backlog_peak.records.max(backlog.records);
+        st.backlog_peak.on_disk = st.backlog_peak.on_disk.max(backlog.on_disk);
+        st.backlog_peak.peak_disk_bytes = backlog.peak_disk_bytes;
+        events(Event::Status(status(st, shared, backlog.records)));
+        Ok(())
+    }
+}
+
 /// What verifying one record needs besides the session's state.
 struct OneRecord<'a> {
     opts: &'a Options,
