@@ -1,23 +1,30 @@
-//! Stages 2 to 4 of a step (gravity, move, still count) eight bodies at a time, in AVX2's
-//! 256-bit vectors of eight 32-bit lanes, chosen at run time on x86-64 CPUs that have it.
+//! Stages 2 to 4 of a step (gravity, move, still count) sixteen bodies at a time, in AVX2's
+//! 256-bit vectors of sixteen 16-bit lanes, chosen at run time on x86-64 CPUs that have it.
 //!
 //! The results are exactly those of the body-by-body pass in `world.rs` (the reference;
 //! `protocol/tests/kernel.rs` holds the two equal on random and hostile worlds). The
-//! kernel works in 32-bit lanes where the reference computes in 64 bits, so it takes only
-//! chunks where every live body is *tame*, which makes each 32-bit operation exact:
+//! kernel works in 16-bit lanes where the reference computes in 64 bits, so it takes only
+//! chunks where every live body is *tame*, which makes each 16-bit operation exact:
 //!
 //! - gravity `|g| <= 10 000` (checked once a step);
 //! - on every used axis, position in `0..=10 000` and velocity (after gravity) in
 //!   `-10 000..=10 000`.
 //!
 //! Then `p + v` is in `-10 000..=20 000`, so one reflection lands in the box and the
-//! reference's clamp never acts; `3 |v|` and `7 |v|` stay far below 2^31. A chunk holding
-//! an untame live body (a teleport out of the box, an impulse faster than the box is wide,
-//! a huge gravity: only hostile or unusual inputs) is left to the reference, whole. Dead
-//! slots are never written: their lanes are computed and their rows not stored.
+//! reference's clamp never acts, and every value the move computes (`2L - (p + v)` up to
+//! 30 000, `3 |v|` up to 30 000) fits in an i16. Friction, `trunc(7v / 8)`, is computed as
+//! `v - sign(v) ceil(|v| / 8)`, the same value without forming `7v`. The fields are
+//! narrowed to 16 bits with saturation, so a value outside the i16 range lands outside the
+//! tame range, on the same side, and the check sees it. A chunk holding an untame live
+//! body (a teleport out of the box, an impulse faster than the box is wide, a huge gravity:
+//! only hostile or unusual inputs) is left to the reference, whole. Dead slots are never
+//! written: their lanes are computed and their bodies not stored.
 //!
-//! Each body is one 256-bit row in memory (`Body`'s layout is its snapshot words); eight
-//! rows are transposed into eight vectors, one per field, worked on, and transposed back.
+//! Each body is two 128-bit halves in memory (`Body`'s layout is its snapshot words).
+//! Eight bodies are loaded a half per 128-bit lane, body i beside body i + 4, and
+//! transposed within the lanes into eight vectors of 32-bit lanes, one per field; two such
+//! groups are narrowed into one vector of 16-bit lanes per moving field, worked on, widened
+//! and transposed back. The still count and `alive` stay in 32-bit lanes.
 
 use super::{Body, Dims};
 
@@ -36,9 +43,10 @@ pub(super) fn step_bodies(bodies: &mut [Body], g: i32, dims: Dims) -> bool {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    //! Every function here is `unsafe` only because it uses AVX2 instructions: the callers
-    //! have checked that the CPU has them. Memory is touched only in `chunk`'s loads and
-    //! stores, each with its SAFETY note.
+    //! Every function here is `unsafe` because it uses AVX2 instructions (the callers have
+    //! checked that the CPU has them); `load_fields`, `pair`, `store_fields` and `put` also
+    //! read or write memory through a pointer, under the contract in their `# Safety`
+    //! notes, which `chunk` meets.
 
     use super::super::{step_bodies as reference, Body, Dims, BOX_MM};
     use std::arch::x86_64::*;
@@ -63,23 +71,36 @@ mod avx2 {
             reference::<AXES>(bodies, g);
             return;
         }
-        let gv = _mm256_set1_epi32(g);
-        let mut chunks = bodies.chunks_exact_mut(8);
-        for c in &mut chunks {
-            let done = match <&mut [Body; 8]>::try_from(&mut *c) {
-                Ok(c8) => chunk::<AXES>(c8, gv),
-                Err(_) => false, // never: the chunks are of 8
+        // |g| <= L < 2^15: exact as an i16.
+        let gv = _mm256_set1_epi16(g as i16);
+        let mut pairs = bodies.chunks_exact_mut(16);
+        for c in &mut pairs {
+            let (x, y) = c.split_at_mut(8);
+            let done = match (<&mut [Body; 8]>::try_from(x), <&mut [Body; 8]>::try_from(y)) {
+                (Ok(x), Ok(y)) => chunk::<AXES>(x, Some(y), gv),
+                _ => false, // never: the halves are of 8
             };
             if !done {
                 reference::<AXES>(c, g);
             }
         }
-        let rest = chunks.into_remainder();
+        let mut rest = pairs.into_remainder();
+        if rest.len() >= 8 {
+            let (x, after) = rest.split_at_mut(8);
+            let done = match <&mut [Body; 8]>::try_from(&mut *x) {
+                Ok(x8) => chunk::<AXES>(x8, None, gv),
+                Err(_) => false, // never: the slice is of 8
+            };
+            if !done {
+                reference::<AXES>(x, g);
+            }
+            rest = after;
+        }
         if !rest.is_empty() {
             // The last 1..=7 bodies, padded with empty (dead) slots, which stay as they are.
             let mut pad = [Body::default(); 8];
             pad[..rest.len()].copy_from_slice(rest);
-            if chunk::<AXES>(&mut pad, gv) {
+            if chunk::<AXES>(&mut pad, None, gv) {
                 rest.copy_from_slice(&pad[..rest.len()]);
             } else {
                 reference::<AXES>(rest, g);
@@ -87,32 +108,68 @@ mod avx2 {
         }
     }
 
-    /// One step's stages 2 to 4 for eight bodies. Returns false, having written nothing,
-    /// when a live body among them is not tame (see the module's notes).
+    /// One step's stages 2 to 4 for the eight bodies of `x` and the eight of `y` (with
+    /// `y` `None`, `x`'s lanes are computed twice and written once). Returns false, having
+    /// written nothing, when a live body among them is not tame (see the module's notes).
+    /// `g` holds gravity in every 16-bit lane.
     #[inline(always)]
-    unsafe fn chunk<const AXES: usize>(c: &mut [Body; 8], g: __m256i) -> bool {
-        let rows = c.as_mut_ptr().cast::<__m256i>();
-        // SAFETY: `rows` points at eight `Body`s: 32 bytes each, aligned to 32 (`Body` is
-        // `repr(C, align(32))`), every byte initialised (`Body: IntoBytes`, no padding).
-        let r = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| unsafe { _mm256_load_si256(rows.add(i)) });
-        let [a, s, px, py, pz, vx, vy, vz] = transpose(r);
-        let l = _mm256_set1_epi32(BOX_MM);
+    unsafe fn chunk<const AXES: usize>(
+        x: &mut [Body; 8],
+        y: Option<&mut [Body; 8]>,
+        g: __m256i,
+    ) -> bool {
+        // Each group of eight bodies as 16 halves of 16 bytes: body i's first half (alive,
+        // still, pos x, y) is half 2i, its second half (pos z, vel x, y, z) half 2i + 1.
+        let hx = x.as_mut_ptr().cast::<__m128i>();
+        let hy = y.map(|y| y.as_mut_ptr().cast::<__m128i>());
+        // SAFETY: `hx` (and `hy`) point at eight `Body`s, 256 bytes (`Body` is 32 bytes,
+        // `repr(C, align(32))`, so each half is aligned to 16), every byte initialised
+        // (`Body: IntoBytes`, no padding); `load_fields` reads exactly those bytes.
+        let fx = unsafe { load_fields(hx) };
+        let fy = match hy {
+            // SAFETY: as above.
+            Some(h) => unsafe { load_fields(h) },
+            None => fx,
+        };
+        let one = _mm256_set1_epi32(1);
+        let (live_x, live_y) = (
+            _mm256_cmpeq_epi32(fx[0], one),
+            _mm256_cmpeq_epi32(fy[0], one),
+        );
+        // The motion fields of the 16 bodies in 16-bit lanes, saturated: a value outside
+        // the i16 range becomes one outside the tame range, on the same side. Lanes 0..=3
+        // are x's bodies 0..=3, lanes 4..=7 y's 0..=3, lanes 8..=11 x's 4..=7, lanes
+        // 12..=15 y's 4..=7 (`widen` undoes this order).
+        let live = _mm256_packs_epi32(live_x, live_y);
+        let px = _mm256_packs_epi32(fx[2], fy[2]);
+        let py = _mm256_packs_epi32(fx[3], fy[3]);
+        let vx = _mm256_packs_epi32(fx[5], fy[5]);
+        // Saturating, like the reference's `saturating_sub` (whose result is outside the
+        // tame range exactly when this one is: |g| <= L).
+        let vy = _mm256_subs_epi16(_mm256_packs_epi32(fx[6], fy[6]), g);
+        let (pz, vz) = if AXES == 3 {
+            (
+                _mm256_packs_epi32(fx[4], fy[4]),
+                _mm256_packs_epi32(fx[7], fy[7]),
+            )
+        } else {
+            (px, vx) // unused
+        };
+        let l = _mm256_set1_epi16(BOX_MM as i16);
         let zero = _mm256_setzero_si256();
-        let live = _mm256_cmpeq_epi32(a, _mm256_set1_epi32(1));
-        let vy = _mm256_sub_epi32(vy, g);
         let (avx, avy, avz) = (
-            _mm256_abs_epi32(vx),
-            _mm256_abs_epi32(vy),
-            _mm256_abs_epi32(vz),
+            _mm256_abs_epi16(vx),
+            _mm256_abs_epi16(vy),
+            _mm256_abs_epi16(vz),
         );
         // Tame: every used position and |velocity| at most L as an unsigned number (a
-        // negative position, and |i32::MIN|, are above it).
-        let mut big = _mm256_max_epu32(_mm256_max_epu32(px, py), _mm256_max_epu32(avx, avy));
+        // negative position, and |i16::MIN|, are above it).
+        let mut big = _mm256_max_epu16(_mm256_max_epu16(px, py), _mm256_max_epu16(avx, avy));
         if AXES == 3 {
-            big = _mm256_max_epu32(big, _mm256_max_epu32(pz, avz));
+            big = _mm256_max_epu16(big, _mm256_max_epu16(pz, avz));
         }
-        let untame = _mm256_andnot_si256(at_most(big, l), live);
-        if _mm256_movemask_ps(_mm256_castsi256_ps(untame)) != 0 {
+        // Every live lane tame (`testc`: no bit of `live` outside `at_most`).
+        if _mm256_testc_si256(at_most(big, l), live) == 0 {
             return false;
         }
         let (npx, nvx) = axis(px, vx, avx, live, l);
@@ -123,8 +180,8 @@ mod avx2 {
             (pz, vz)
         };
         // Floor friction on the axes other than y, where the body ends on the floor.
-        let floor = _mm256_and_si256(_mm256_cmpeq_epi32(npy, zero), live);
-        let (nvx, nvz) = if _mm256_movemask_ps(_mm256_castsi256_ps(floor)) == 0 {
+        let floor = _mm256_and_si256(_mm256_cmpeq_epi16(npy, zero), live);
+        let (nvx, nvz) = if _mm256_testz_si256(floor, floor) != 0 {
             (nvx, nvz)
         } else if AXES == 3 {
             (friction(nvx, floor), friction(nvz, floor))
@@ -137,29 +194,56 @@ mod avx2 {
         } else {
             _mm256_or_si256(nvx, nvy)
         };
-        let rest = _mm256_cmpeq_epi32(moving, zero);
-        let ones = _mm256_set1_epi32(-1);
-        let inc = _mm256_add_epi32(_mm256_sub_epi32(s, ones), _mm256_cmpeq_epi32(s, ones));
-        let ns = _mm256_and_si256(inc, rest);
-        let out = transpose([a, ns, npx, npy, npz, nvx, nvy, nvz]);
-        // Only live bodies' rows are written back: a dead slot keeps every field as it was.
-        let live_rows = _mm256_movemask_ps(_mm256_castsi256_ps(live));
-        if live_rows == 0xFF {
-            // Every body live (the common case): every row, without a test each.
-            for (i, row) in out.into_iter().enumerate() {
-                // SAFETY: as below.
-                unsafe { _mm256_store_si256(rows.add(i), row) };
-            }
-            return true;
-        }
-        for (i, row) in out.into_iter().enumerate() {
-            if live_rows & (1 << i) != 0 {
-                // SAFETY: as for the loads. The bytes written make a valid `Body`: the first
-                // word is the body's own first word as loaded (`a` passes through both
-                // transposes untouched), so `alive` is 1 and the three bytes after it are
-                // zero; the other seven words are any u32 or i32, as `still`, `pos`, `vel`.
-                unsafe { _mm256_store_si256(rows.add(i), row) };
-            }
+        let rest = _mm256_cmpeq_epi16(moving, zero);
+        let (rest_x, rest_y) = (
+            _mm256_unpacklo_epi16(rest, rest),
+            _mm256_unpackhi_epi16(rest, rest),
+        );
+        // Back to 32-bit lanes, x's bodies and y's; z of a 2D world as it was. A live
+        // body's new position is in the box: its upper bits are zero.
+        let (npx_x, npx_y) = widen_unsigned(npx);
+        let (npy_x, npy_y) = widen_unsigned(npy);
+        let (nvx_x, nvx_y) = widen(nvx);
+        let (nvy_x, nvy_y) = widen(nvy);
+        let (npz_x, npz_y, nvz_x, nvz_y) = if AXES == 3 {
+            let (npz_x, npz_y) = widen_unsigned(npz);
+            let (nvz_x, nvz_y) = widen(nvz);
+            (npz_x, npz_y, nvz_x, nvz_y)
+        } else {
+            (fx[4], fy[4], fx[7], fy[7])
+        };
+        let out_x = [
+            fx[0],
+            still(fx[1], rest_x),
+            npx_x,
+            npy_x,
+            npz_x,
+            nvx_x,
+            nvy_x,
+            nvz_x,
+        ];
+        // Only live bodies are written back: a dead slot keeps every field as it was.
+        let live_rows = _mm256_movemask_ps(_mm256_castsi256_ps(live_x)) as u32;
+        // SAFETY: as for the loads; `store_fields` writes the halves of the bodies whose bit
+        // is set in `live_rows`, and only those. The bytes written make a valid `Body`: the
+        // first word is the body's own first word as loaded (`alive` passes through both
+        // transposes untouched), so `alive` is 1 and the three bytes after it are zero; the
+        // other seven words are any u32 or i32, as `still`, `pos`, `vel`.
+        unsafe { store_fields(hx, out_x, live_rows) };
+        if let Some(h) = hy {
+            let out_y = [
+                fy[0],
+                still(fy[1], rest_y),
+                npx_y,
+                npy_y,
+                npz_y,
+                nvx_y,
+                nvy_y,
+                nvz_y,
+            ];
+            let live_rows = _mm256_movemask_ps(_mm256_castsi256_ps(live_y)) as u32;
+            // SAFETY: as for `hx` just above.
+            unsafe { store_fields(h, out_y, live_rows) };
         }
         true
     }
@@ -167,6 +251,7 @@ mod avx2 {
     /// One axis of the move stage for tame lanes (`av` = |v|): `p + v`, reflected off the
     /// wall it crossed (at most one: `p + v` is in `-L..=2L`), the velocity reversed and
     /// damped to `trunc(-3v / 4)`, and settled on the wall when that is below 8 in size.
+    /// Every intermediate value is in `-L..=3L`, within an i16.
     #[inline(always)]
     unsafe fn axis(
         p: __m256i,
@@ -175,74 +260,179 @@ mod avx2 {
         live: __m256i,
         l: __m256i,
     ) -> (__m256i, __m256i) {
-        let np = _mm256_add_epi32(p, v);
+        let np = _mm256_add_epi16(p, v);
         let inside = at_most(np, l);
-        if _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_or_si256(
-            inside,
-            _mm256_xor_si256(live, _mm256_set1_epi32(-1)),
-        ))) == 0xFF
-        {
-            // No live body crossed a wall on this axis.
+        // No live lane crossed a wall on this axis (`testc`: no bit of `live` outside).
+        if _mm256_testc_si256(inside, live) != 0 {
             return (np, v);
         }
-        // L - |L - |np||: np itself inside the box, -np below it, 2L - np above it.
-        let rp = _mm256_sub_epi32(
-            l,
-            _mm256_abs_epi32(_mm256_sub_epi32(l, _mm256_abs_epi32(np))),
+        // min(|np|, 2L - np): np itself inside the box, -np below it, 2L - np above it.
+        let rp = _mm256_min_epi16(
+            _mm256_abs_epi16(np),
+            _mm256_sub_epi16(_mm256_add_epi16(l, l), np),
         );
         // |trunc(-3v / 4)| = floor(3 |v| / 4), with the sign of -v.
-        let m = _mm256_srli_epi32::<2>(_mm256_add_epi32(av, _mm256_add_epi32(av, av)));
-        let bounced = _mm256_sign_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), m), v);
+        let m = _mm256_srli_epi16::<2>(_mm256_add_epi16(av, _mm256_add_epi16(av, av)));
+        let bounced = _mm256_sign_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), m), v);
         // Settles when floor(3 |v| / 4) < 8, that is |v| <= 10, at the wall crossed.
-        let settle = _mm256_andnot_si256(inside, _mm256_cmpgt_epi32(_mm256_set1_epi32(11), av));
-        let wall = _mm256_and_si256(_mm256_cmpgt_epi32(np, l), l);
+        let settle = _mm256_andnot_si256(inside, _mm256_cmpgt_epi16(_mm256_set1_epi16(11), av));
+        let wall = _mm256_and_si256(_mm256_cmpgt_epi16(np, l), l);
         let nv = _mm256_blendv_epi8(_mm256_andnot_si256(settle, bounced), v, inside);
         let np = _mm256_blendv_epi8(rp, wall, settle);
         (np, nv)
     }
 
-    /// `trunc(v * 7 / 8)` where `floor` is set, else `v` (|v| <= L: no overflow).
+    /// `trunc(v * 7 / 8)` where `floor` is set, else `v`: `v` less `ceil(|v| / 8)` with
+    /// the sign of `v` (|v| <= L: no overflow).
     #[inline(always)]
     unsafe fn friction(v: __m256i, floor: __m256i) -> __m256i {
-        let av = _mm256_abs_epi32(v);
-        let m = _mm256_srli_epi32::<3>(_mm256_sub_epi32(_mm256_slli_epi32::<3>(av), av));
-        _mm256_blendv_epi8(v, _mm256_sign_epi32(m, v), floor)
+        let c = _mm256_srli_epi16::<3>(_mm256_add_epi16(_mm256_abs_epi16(v), _mm256_set1_epi16(7)));
+        _mm256_sub_epi16(v, _mm256_and_si256(_mm256_sign_epi16(c, v), floor))
     }
 
-    /// Lanes where `x <= bound` as unsigned numbers.
+    /// The still count after a step: `s + 1`, saturating, where `rest` is set, else 0.
+    #[inline(always)]
+    unsafe fn still(s: __m256i, rest: __m256i) -> __m256i {
+        let below_max = _mm256_min_epu32(s, _mm256_set1_epi32(-2));
+        _mm256_and_si256(_mm256_sub_epi32(below_max, _mm256_set1_epi32(-1)), rest)
+    }
+
+    /// The 16 lanes of `v` (see `chunk`) as two vectors of eight sign-extended 32-bit
+    /// lanes: x's bodies, then y's.
+    #[inline(always)]
+    unsafe fn widen(v: __m256i) -> (__m256i, __m256i) {
+        let sign = _mm256_srai_epi16::<15>(v);
+        (
+            _mm256_unpacklo_epi16(v, sign),
+            _mm256_unpackhi_epi16(v, sign),
+        )
+    }
+
+    /// As [`widen`] for lanes that are not negative (or are not stored).
+    #[inline(always)]
+    unsafe fn widen_unsigned(v: __m256i) -> (__m256i, __m256i) {
+        let zero = _mm256_setzero_si256();
+        (
+            _mm256_unpacklo_epi16(v, zero),
+            _mm256_unpackhi_epi16(v, zero),
+        )
+    }
+
+    /// 16-bit lanes where `x <= bound` as unsigned numbers.
     #[inline(always)]
     unsafe fn at_most(x: __m256i, bound: __m256i) -> __m256i {
-        _mm256_cmpeq_epi32(_mm256_min_epu32(x, bound), x)
+        _mm256_cmpeq_epi16(_mm256_min_epu16(x, bound), x)
     }
 
-    /// An 8 x 8 transpose of 32-bit lanes: rows (bodies) to columns (fields) and back.
+    /// The fields of eight bodies (`halves`: their 16 halves, see `chunk`), one vector per
+    /// field in snapshot order, lane i holding body i's. Each half is loaded into one
+    /// 128-bit lane of a vector, body i's beside body i + 4's (an insert from memory, not a
+    /// shuffle), so that a 4 x 4 transpose within each 128-bit lane finishes the job.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `halves` must point at 256 readable bytes aligned to 16.
     #[inline(always)]
-    unsafe fn transpose(r: [__m256i; 8]) -> [__m256i; 8] {
+    unsafe fn load_fields(halves: *const __m128i) -> [__m256i; 8] {
+        // SAFETY: halves 0..16 are the 256 bytes of the caller's contract.
+        let [a, s, px, py] = unsafe {
+            transpose4([
+                pair(halves, 0),
+                pair(halves, 2),
+                pair(halves, 4),
+                pair(halves, 6),
+            ])
+        };
+        // SAFETY: as above.
+        let [pz, vx, vy, vz] = unsafe {
+            transpose4([
+                pair(halves, 1),
+                pair(halves, 3),
+                pair(halves, 5),
+                pair(halves, 7),
+            ])
+        };
+        [a, s, px, py, pz, vx, vy, vz]
+    }
+
+    /// Half `h` (of body i) in the low 128-bit lane and half `h + 8` (of body i + 4) in
+    /// the high one.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; halves `h` and `h + 8` must be readable and aligned to 16.
+    #[inline(always)]
+    unsafe fn pair(halves: *const __m128i, h: usize) -> __m256i {
+        // SAFETY: the caller's contract.
+        unsafe {
+            _mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(_mm_load_si128(halves.add(h))),
+                _mm_load_si128(halves.add(h + 8)),
+            )
+        }
+    }
+
+    /// The inverse of `load_fields`: writes the eight bodies whose bit (body i: bit i) is
+    /// set in `live` from their fields, one vector per field as `load_fields` gives them.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `halves` must point at 256 writable bytes aligned to 16.
+    #[inline(always)]
+    unsafe fn store_fields(halves: *mut __m128i, f: [__m256i; 8], live: u32) {
+        let lo = transpose4([f[0], f[1], f[2], f[3]]);
+        let hi = transpose4([f[4], f[5], f[6], f[7]]);
+        if live == 0xFF {
+            // Every body live (the common case): every half, without a test each.
+            for i in 0..4 {
+                // SAFETY: halves 0..16 are the 256 bytes of the caller's contract.
+                unsafe { put(halves, 2 * i, lo[i], hi[i], 0xFF) };
+            }
+            return;
+        }
+        for i in 0..4 {
+            // SAFETY: as above.
+            unsafe { put(halves, 2 * i, lo[i], hi[i], live >> i) };
+        }
+    }
+
+    /// Stores body i's two halves (the low 128-bit lanes of `lo` and `hi`; `h` = 2i) when
+    /// bit 0 of `live` is set, and body i + 4's (the high lanes) when bit 4 is. The stores
+    /// are volatile only so that the compiler keeps them 128 bits wide (it would otherwise
+    /// merge a body's two halves into one 256-bit store behind a cross-lane shuffle); the
+    /// memory is ordinary.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; halves `h`, `h + 1`, `h + 8` and `h + 9` must be writable
+    /// and aligned to 16.
+    #[inline(always)]
+    unsafe fn put(halves: *mut __m128i, h: usize, lo: __m256i, hi: __m256i, live: u32) {
+        if live & 1 != 0 {
+            // SAFETY: the caller's contract: each pointer is valid for writing 16 bytes and
+            // aligned to 16, as `write_volatile` of an `__m128i` requires.
+            unsafe {
+                std::ptr::write_volatile(halves.add(h), _mm256_castsi256_si128(lo));
+                std::ptr::write_volatile(halves.add(h + 1), _mm256_castsi256_si128(hi));
+            }
+        }
+        if live & 0x10 != 0 {
+            // SAFETY: the caller's contract.
+            unsafe {
+                std::ptr::write_volatile(halves.add(h + 8), _mm256_extracti128_si256::<1>(lo));
+                std::ptr::write_volatile(halves.add(h + 9), _mm256_extracti128_si256::<1>(hi));
+            }
+        }
+    }
+
+    /// A 4 x 4 transpose of 32-bit lanes within each 128-bit lane: rows to columns and back.
+    #[inline(always)]
+    unsafe fn transpose4(r: [__m256i; 4]) -> [__m256i; 4] {
         let t0 = _mm256_unpacklo_epi32(r[0], r[1]);
         let t1 = _mm256_unpackhi_epi32(r[0], r[1]);
         let t2 = _mm256_unpacklo_epi32(r[2], r[3]);
         let t3 = _mm256_unpackhi_epi32(r[2], r[3]);
-        let t4 = _mm256_unpacklo_epi32(r[4], r[5]);
-        let t5 = _mm256_unpackhi_epi32(r[4], r[5]);
-        let t6 = _mm256_unpacklo_epi32(r[6], r[7]);
-        let t7 = _mm256_unpackhi_epi32(r[6], r[7]);
-        let u0 = _mm256_unpacklo_epi64(t0, t2);
-        let u1 = _mm256_unpackhi_epi64(t0, t2);
-        let u2 = _mm256_unpacklo_epi64(t1, t3);
-        let u3 = _mm256_unpackhi_epi64(t1, t3);
-        let u4 = _mm256_unpacklo_epi64(t4, t6);
-        let u5 = _mm256_unpackhi_epi64(t4, t6);
-        let u6 = _mm256_unpacklo_epi64(t5, t7);
-        let u7 = _mm256_unpackhi_epi64(t5, t7);
         [
-            _mm256_permute2x128_si256::<0x20>(u0, u4),
-            _mm256_permute2x128_si256::<0x20>(u1, u5),
-            _mm256_permute2x128_si256::<0x20>(u2, u6),
-            _mm256_permute2x128_si256::<0x20>(u3, u7),
-            _mm256_permute2x128_si256::<0x31>(u0, u4),
-            _mm256_permute2x128_si256::<0x31>(u1, u5),
-            _mm256_permute2x128_si256::<0x31>(u2, u6),
-            _mm256_permute2x128_si256::<0x31>(u3, u7),
+            _mm256_unpacklo_epi64(t0, t2),
+            _mm256_unpackhi_epi64(t0, t2),
+            _mm256_unpacklo_epi64(t1, t3),
+            _mm256_unpackhi_epi64(t1, t3),
         ]
     }
 }
