@@ -227,7 +227,10 @@ fn the_kernel_equals_the_scalar_pass_at_every_tame_velocity() {
                 let mut scalar = kernel.clone();
                 kernel.step(&[]);
                 scalar.step_scalar(&[]);
-                assert_eq!(kernel, scalar, "{dims:?}, gravity {gravity}, bodies {chunk:?}");
+                assert_eq!(
+                    kernel, scalar,
+                    "{dims:?}, gravity {gravity}, bodies {chunk:?}"
+                );
                 worlds += 1;
             }
         }
