@@ -229,3 +229,27 @@ fn without_flushing_a_killed_recording_loses_its_steps() {
     std::mem::forget(record(&r, &out, 50, d));
     assert_eq!(assemble(&journal_path(&out), &out, true).unwrap().steps, 50);
 }
+
+/// `FILE.part` appears only once it holds its header and row 0: the header is written to
+/// `FILE.part.new`, which is renamed. A `FILE.part.new` left by a writer killed before the
+/// rename is replaced by the next recording, and no `.part.new` stays beside a `.part`.
+#[test]
+fn a_part_file_appears_with_its_header_and_a_stray_new_file_is_replaced() {
+    let r = read("test-10000.ostm");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fresh.ostm");
+    let fresh = ostm_protocol::recording::journal::fresh_path(&out);
+    assert_eq!(fresh, dir.path().join("fresh.ostm.part.new"));
+    std::fs::write(&fresh, b"left by a killed writer").unwrap();
+    let rec = record(&r, &out, 0, Durability::default());
+    assert!(
+        !fresh.exists(),
+        "the header's file was renamed to FILE.part"
+    );
+    let part = std::fs::read(journal_path(&out)).unwrap();
+    assert_eq!(&part[..8], b"OSTMPART");
+    // What FILE.part holds before any step assembles to a replay of no steps.
+    let a = assemble(&journal_path(&out), &out, true).unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(a.steps, 0);
+    drop(rec);
+}

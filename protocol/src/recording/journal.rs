@@ -32,6 +32,11 @@ pub fn journal_path(path: &Path) -> PathBuf {
     suffixed(path, ".part")
 }
 
+/// Where a recording's `FILE.part` is written until it holds its header: `FILE.part.new`.
+pub fn fresh_path(path: &Path) -> PathBuf {
+    suffixed(path, ".part.new")
+}
+
 fn suffixed(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(suffix);

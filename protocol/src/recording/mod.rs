@@ -90,7 +90,11 @@ impl Recorder {
             ));
         }
         let journal = journal_path(path);
-        let file = File::create(&journal)?;
+        // The header is written under another name and the file renamed to `FILE.part`
+        // once it holds the header: a writer killed in between leaves no `.part` without
+        // its header (docs/replay-format.md, "The in-progress file").
+        let fresh = journal::fresh_path(path);
+        let file = File::create(&fresh)?;
         let mut r = Recorder {
             path: path.to_path_buf(),
             journal,
@@ -109,6 +113,7 @@ impl Recorder {
                 r.out.get_ref().sync_all()?;
             }
         }
+        std::fs::rename(&fresh, &r.journal)?;
         r.unflushed = false;
         Ok(r)
     }
