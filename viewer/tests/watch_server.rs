@@ -420,4 +420,6 @@ async fn tabs_ask(url: &str) {
     );
     let s = next_of(&mut tabs[1], "status").await;
     assert!(s["verified"].as_u64().unwrap() > 0, "{s}");
+    // The frame gap (docs/watch.md, "Frames yield to the proof"): none, or up to 1 s.
+    assert!(s["frame_gap_ms"].as_u64().is_some_and(|g| g <= 1000), "{s}");
 }
