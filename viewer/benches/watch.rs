@@ -162,13 +162,16 @@ struct Page {
     browser_ms: f64,
     /// CPU of the viewer's page server threads (making frames), per frame (ms).
     server_ms: f64,
+    /// The frame gap the status bar showed at the end (docs/watch.md, "Frames yield to
+    /// the proof"; 0: none).
+    gap_ms: u64,
 }
 
 impl Page {
     fn line(&self) -> String {
         format!(
             "{:.1} frames/s, {} bodies alive; per frame: {:.2} ms in picture.set ({} patched, {} replaced), \
-             browser CPU {:.1} ms ({:.2} cores), frame-making {:.2} ms",
+             browser CPU {:.1} ms ({:.2} cores), frame-making {:.2} ms, frame gap {} ms",
             self.fps,
             self.alive,
             self.set_ms,
@@ -176,7 +179,8 @@ impl Page {
             self.replaced,
             self.browser_ms,
             self.browser_cores,
-            self.server_ms
+            self.server_ms,
+            self.gap_ms
         )
     }
 }
@@ -215,7 +219,11 @@ async fn watch_run(host: &[&str], secs: u64, b: &Browser, whole: bool) -> (f64, 
     let delta = |i: usize| c1[i].as_f64().unwrap_or(0.0) - c0[i].as_f64().unwrap_or(0.0);
     let frames = delta(0);
     let last = b
-        .js("return [window.ostm.frame.alive, window.ostm.frame.overlay];")
+        .js(
+            "return [window.ostm.frame.alive, window.ostm.frame.overlay, \
+             document.getElementById('yield-item').hidden ? 0 : \
+             Number(document.getElementById('frame-gap').textContent.replace(/\\D/g, ''))];",
+        )
         .await;
     assert_eq!(last[1], "occupancy");
     p.signal("INT");
@@ -229,6 +237,7 @@ async fn watch_run(host: &[&str], secs: u64, b: &Browser, whole: bool) -> (f64, 
         browser_cores: (b1 - b0) / elapsed,
         browser_ms: (b1 - b0) * 1000.0 / frames.max(1.0),
         server_ms: (s1 - s0) * 1000.0 / frames.max(1.0),
+        gap_ms: last[2].as_u64().unwrap_or(0),
     };
     (last_rate(&String::from_utf8_lossy(&out.stdout)), page)
 }
