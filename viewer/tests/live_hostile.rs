@@ -609,6 +609,43 @@ fn the_viewers_errors_name_the_host_and_the_offset() {
     );
 }
 
+/// A record with a bad op among good ones that came in one read: the viewer verifies the
+/// records before it, then stops with the codec's error at the op's offset in the stream
+/// (the reader takes the run whole, the verifier decodes it: docs/protocol.md, "The
+/// viewer's reader and verifier").
+#[test]
+fn a_bad_op_inside_a_run_of_records_is_refused_at_its_offset() {
+    let (mut b, mut world) = handshake_to(5);
+    for _ in 0..3 {
+        let step = world.step;
+        world.step(&[]);
+        b.extend(frame_of(&ToViewer::Record(ostm_protocol::wire::Record {
+            step,
+            hash: world.hash(),
+            input: bytes::Bytes::new(),
+        })));
+    }
+    // Frame length, type, step, hash, input length: the input starts 4 + 19 bytes in.
+    let op_at = b.len() + 4 + 19;
+    b.extend(frame_of(&ToViewer::Record(ostm_protocol::wire::Record {
+        step: world.step,
+        hash: 0,
+        input: bytes::Bytes::from_static(&[0xee]),
+    })));
+    let addr = fake_host_then(b, false);
+    let out = viewer(&["attach", &addr, "--json"]);
+    assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "protocol error: {addr}: at offset {op_at}: expected opcode 1..=5, found 238"
+        )),
+        "{text}"
+    );
+    let end: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(end["verified"], 3, "{end}");
+}
+
 /// The host's refusals name the peer and the offset: the role byte of the hello (15), a
 /// first message that is not a hello (0), a second hello (its frame's offset).
 #[test]
