@@ -199,29 +199,25 @@ mod avx2 {
             _mm256_unpacklo_epi16(rest, rest),
             _mm256_unpackhi_epi16(rest, rest),
         );
-        // Back to 32-bit lanes, x's bodies and y's; z of a 2D world as it was. A live
-        // body's new position is in the box: its upper bits are zero.
-        let (npx_x, npx_y) = widen_unsigned(npx);
-        let (npy_x, npy_y) = widen_unsigned(npy);
-        let (nvx_x, nvx_y) = widen(nvx);
-        let (nvy_x, nvy_y) = widen(nvy);
-        let (npz_x, npz_y, nvz_x, nvz_y) = if AXES == 3 {
-            let (npz_x, npz_y) = widen_unsigned(npz);
-            let (nvz_x, nvz_y) = widen(nvz);
-            (npz_x, npz_y, nvz_x, nvz_y)
+        // Back to 32-bit lanes, x's bodies and y's, each pair of fields that a body's half
+        // holds side by side interleaved (the first stage of the transpose back); z of a 2D
+        // world as it was. A live body's new position is in the box: not negative.
+        let (pxy_x, pxy_y) = interleave16::<false>(npx, npy);
+        let (zvx_x, zvx_y, vyz_x, vyz_y) = if AXES == 3 {
+            let (zvx_x, zvx_y) = interleave16::<true>(npz, nvx);
+            let (vyz_x, vyz_y) = interleave16::<true>(nvy, nvz);
+            (zvx_x, zvx_y, vyz_x, vyz_y)
         } else {
-            (fx[4], fy[4], fx[7], fy[7])
+            let (nvx_x, nvx_y) = widen(nvx);
+            let (nvy_x, nvy_y) = widen(nvy);
+            (
+                interleave(fx[4], nvx_x),
+                interleave(fy[4], nvx_y),
+                interleave(nvy_x, fx[7]),
+                interleave(nvy_y, fy[7]),
+            )
         };
-        let out_x = [
-            fx[0],
-            still(fx[1], rest_x),
-            npx_x,
-            npy_x,
-            npz_x,
-            nvx_x,
-            nvy_x,
-            nvz_x,
-        ];
+        let as_x = interleave(fx[0], still(fx[1], rest_x));
         // Only live bodies are written back: a dead slot keeps every field as it was.
         let live_rows = _mm256_movemask_ps(_mm256_castsi256_ps(live_x)) as u32;
         // SAFETY: as for the loads; `store_fields` writes the halves of the bodies whose bit
@@ -229,21 +225,12 @@ mod avx2 {
         // first word is the body's own first word as loaded (`alive` passes through both
         // transposes untouched), so `alive` is 1 and the three bytes after it are zero; the
         // other seven words are any u32 or i32, as `still`, `pos`, `vel`.
-        unsafe { store_fields(hx, out_x, live_rows) };
+        unsafe { store_fields(hx, [as_x, pxy_x, zvx_x, vyz_x], live_rows) };
         if let Some(h) = hy {
-            let out_y = [
-                fy[0],
-                still(fy[1], rest_y),
-                npx_y,
-                npy_y,
-                npz_y,
-                nvx_y,
-                nvy_y,
-                nvz_y,
-            ];
+            let as_y = interleave(fy[0], still(fy[1], rest_y));
             let live_rows = _mm256_movemask_ps(_mm256_castsi256_ps(live_y)) as u32;
             // SAFETY: as for `hx` just above.
-            unsafe { store_fields(h, out_y, live_rows) };
+            unsafe { store_fields(h, [as_y, pxy_y, zvx_y, vyz_y], live_rows) };
         }
         true
     }
@@ -308,13 +295,23 @@ mod avx2 {
         )
     }
 
-    /// As [`widen`] for lanes that are not negative (or are not stored).
+    /// Two fields `a` and `b` in 16-bit lanes (see `chunk`) as [`interleave`] gives them
+    /// of the two fields in 32-bit lanes: x's bodies, then y's, sign-extended (`SIGNED`) or
+    /// else zero-extended (for lanes that are not negative or are not stored).
     #[inline(always)]
-    unsafe fn widen_unsigned(v: __m256i) -> (__m256i, __m256i) {
-        let zero = _mm256_setzero_si256();
+    unsafe fn interleave16<const SIGNED: bool>(
+        a: __m256i,
+        b: __m256i,
+    ) -> ([__m256i; 2], [__m256i; 2]) {
+        let (x, y) = (_mm256_unpacklo_epi16(a, b), _mm256_unpackhi_epi16(a, b));
+        let (sx, sy) = if SIGNED {
+            (_mm256_srai_epi16::<15>(x), _mm256_srai_epi16::<15>(y))
+        } else {
+            (_mm256_setzero_si256(), _mm256_setzero_si256())
+        };
         (
-            _mm256_unpacklo_epi16(v, zero),
-            _mm256_unpackhi_epi16(v, zero),
+            [_mm256_unpacklo_epi16(x, sx), _mm256_unpackhi_epi16(x, sx)],
+            [_mm256_unpacklo_epi16(y, sy), _mm256_unpackhi_epi16(y, sy)],
         )
     }
 
@@ -371,14 +368,16 @@ mod avx2 {
     }
 
     /// The inverse of `load_fields`: writes the eight bodies whose bit (body i: bit i) is
-    /// set in `live` from their fields, one vector per field as `load_fields` gives them.
+    /// set in `live` from their fields, as four pairs of fields [`interleave`]d (alive and
+    /// still, pos x and y, pos z and vel x, vel y and z), one vector per field in 32-bit
+    /// lanes, lane i holding body i's.
     ///
     /// # Safety
     /// The CPU must have AVX2; `halves` must point at 256 writable bytes aligned to 16.
     #[inline(always)]
-    unsafe fn store_fields(halves: *mut __m128i, f: [__m256i; 8], live: u32) {
-        let lo = transpose4([f[0], f[1], f[2], f[3]]);
-        let hi = transpose4([f[4], f[5], f[6], f[7]]);
+    unsafe fn store_fields(halves: *mut __m128i, f: [[__m256i; 2]; 4], live: u32) {
+        let lo = finish([f[0][0], f[0][1], f[1][0], f[1][1]]);
+        let hi = finish([f[2][0], f[2][1], f[3][0], f[3][1]]);
         if live == 0xFF {
             // Every body live (the common case): every half, without a test each.
             for i in 0..4 {
@@ -424,15 +423,24 @@ mod avx2 {
     /// A 4 x 4 transpose of 32-bit lanes within each 128-bit lane: rows to columns and back.
     #[inline(always)]
     unsafe fn transpose4(r: [__m256i; 4]) -> [__m256i; 4] {
-        let t0 = _mm256_unpacklo_epi32(r[0], r[1]);
-        let t1 = _mm256_unpackhi_epi32(r[0], r[1]);
-        let t2 = _mm256_unpacklo_epi32(r[2], r[3]);
-        let t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+        let ([t0, t1], [t2, t3]) = (interleave(r[0], r[1]), interleave(r[2], r[3]));
+        finish([t0, t1, t2, t3])
+    }
+
+    /// The first stage of [`transpose4`]: rows `a` and `b` interleaved, 32-bit lane by lane.
+    #[inline(always)]
+    unsafe fn interleave(a: __m256i, b: __m256i) -> [__m256i; 2] {
+        [_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b)]
+    }
+
+    /// The second stage of [`transpose4`], from the two pairs of rows [`interleave`]d.
+    #[inline(always)]
+    unsafe fn finish(t: [__m256i; 4]) -> [__m256i; 4] {
         [
-            _mm256_unpacklo_epi64(t0, t2),
-            _mm256_unpackhi_epi64(t0, t2),
-            _mm256_unpacklo_epi64(t1, t3),
-            _mm256_unpackhi_epi64(t1, t3),
+            _mm256_unpacklo_epi64(t[0], t[2]),
+            _mm256_unpackhi_epi64(t[0], t[2]),
+            _mm256_unpacklo_epi64(t[1], t[3]),
+            _mm256_unpackhi_epi64(t[1], t[3]),
         ]
     }
 }
