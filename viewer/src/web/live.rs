@@ -222,6 +222,7 @@ impl Hub {
                 self.show(world, check);
             }
             Event::Status(s) => {
+                self.yielding.note_backlog(s.backlog);
                 let mut b = self.board();
                 b.strip.verified_to(s.step);
                 b.status = Some(s);

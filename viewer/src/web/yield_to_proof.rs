@@ -1,15 +1,16 @@
-//! Frames yield to the proof: when the verifier waits for a CPU, a live page's frames come
-//! further apart, so the browser drawing them takes less of the machine from verification
-//! (docs/watch.md, "Frames yield to the proof").
+//! Frames yield to the proof: when the verifier is behind the host and waits for a CPU, a
+//! live page's frames come further apart, so the browser drawing them takes less of the
+//! machine from verification (docs/watch.md, "Frames yield to the proof").
 //!
 //! Every [`SAMPLE_EVERY`] or so the hub reads the verifier thread's scheduler counters
-//! (Linux `/proc/self/task/TID/schedstat`: time on a CPU, time waiting for one). When over
-//! the last sample it ran at least [`BUSY`] of the time and waited at least [`PRESSED`]
-//! of it, the gap between two frames to a tab doubles (from [`FIRST_GAP`] up to
-//! [`MAX_GAP`]); otherwise, when it waited less than [`EASED`] or ran less than [`BUSY`],
-//! the gap halves, down to none below [`FIRST_GAP`]. A verifier with little to do (a slow
-//! host) never holds the page back, however its few wake-ups wait. Without the counters
-//! (another system, or no verifier thread yet) there is no gap.
+//! (Linux `/proc/self/task/TID/schedstat`: its second number, nanoseconds spent waiting for
+//! a CPU). The verifier is *pressed* when, since the last reading, it waited for a CPU at
+//! least [`PRESSED`] of the time while at least [`BEHIND`] records waited for it (the
+//! backlog of its last status): then the gap between two frames to a tab doubles (from
+//! [`FIRST_GAP`] up to [`MAX_GAP`]). When it waited less than [`EASED`] of the time, or
+//! fewer records waited, the gap halves, down to none below [`FIRST_GAP`]. A verifier that
+//! keeps up with its host never holds the page back, however long its wake-ups wait.
+//! Without the counters (another system, or no verifier thread yet) there is no gap.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -17,9 +18,10 @@ use std::time::{Duration, Instant};
 
 /// How often the counters are read, at most.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);
-/// The verifier is busy when it ran this part of the time (per mille).
-pub const BUSY: u64 = 250;
-/// A busy verifier is pressed when it waited for a CPU this part of the time (per mille).
+/// Records waiting for the verifier from which on it is behind the host.
+pub const BEHIND: u64 = 4096;
+/// A verifier behind the host is pressed when it waited for a CPU this part of the time
+/// (per mille).
 pub const PRESSED: u64 = 100;
 /// Below this part of the time (per mille), the pressure has eased.
 pub const EASED: u64 = 50;
@@ -35,13 +37,14 @@ pub struct Yield {
     tid: AtomicU64,
     /// The gap between two frames to a tab, in milliseconds.
     gap_ms: AtomicU64,
+    /// Records waiting for the verifier at its last status.
+    backlog: AtomicU64,
     last: Mutex<Option<Sample>>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     at: Instant,
-    ran_ns: u64,
     waited_ns: u64,
 }
 
@@ -55,6 +58,11 @@ impl Yield {
         }
     }
 
+    /// The verifier's backlog, from its status.
+    pub fn note_backlog(&self, records: u64) {
+        self.backlog.store(records, Ordering::Relaxed);
+    }
+
     /// The gap between two frames to a tab now.
     pub fn gap(&self) -> Duration {
         Duration::from_millis(self.gap_ms.load(Ordering::Relaxed))
@@ -66,15 +74,11 @@ impl Yield {
         if tid == 0 {
             return;
         }
-        let Some((ran_ns, waited_ns)) = counters(tid) else {
+        let Some(waited_ns) = waited(tid) else {
             return;
         };
         let now = Instant::now();
-        let sample = Sample {
-            at: now,
-            ran_ns,
-            waited_ns,
-        };
+        let sample = Sample { at: now, waited_ns };
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let Some(prev) = *last else {
             *last = Some(sample);
@@ -85,24 +89,28 @@ impl Yield {
             return;
         }
         *last = Some(sample);
-        let per_mille = |now: u64, then: u64| {
-            now.saturating_sub(then).saturating_mul(1000) / (wall.as_nanos() as u64).max(1)
-        };
-        let gap = next_gap(
-            self.gap(),
-            per_mille(ran_ns, prev.ran_ns),
-            per_mille(waited_ns, prev.waited_ns),
+        let waited = waited_ns
+            .saturating_sub(prev.waited_ns)
+            .saturating_mul(1000)
+            / (wall.as_nanos() as u64).max(1);
+        let behind = self.backlog.load(Ordering::Relaxed) >= BEHIND;
+        let gap = next_gap(self.gap(), waited, behind);
+        tracing::debug!(
+            waited,
+            behind,
+            gap_ms = gap.as_millis() as u64,
+            "the verifier waited for a CPU, per mille"
         );
         self.gap_ms.store(gap.as_millis() as u64, Ordering::Relaxed);
     }
 }
 
-/// The gap after a sample in which the verifier ran `ran` and waited `waited` per mille
-/// of the time.
-pub fn next_gap(gap: Duration, ran: u64, waited: u64) -> Duration {
-    if ran >= BUSY && waited >= PRESSED {
+/// The gap after a sample in which the verifier waited for a CPU `waited` per mille of the
+/// time, `behind` or not.
+pub fn next_gap(gap: Duration, waited: u64, behind: bool) -> Duration {
+    if behind && waited >= PRESSED {
         (gap * 2).clamp(FIRST_GAP, MAX_GAP)
-    } else if ran < BUSY || waited < EASED {
+    } else if !behind || waited < EASED {
         let half = gap / 2;
         if half < FIRST_GAP {
             Duration::ZERO
@@ -114,11 +122,10 @@ pub fn next_gap(gap: Duration, ran: u64, waited: u64) -> Duration {
     }
 }
 
-/// Nanoseconds thread `tid` of this process has run on a CPU and waited for one so far.
-fn counters(tid: u64) -> Option<(u64, u64)> {
+/// Nanoseconds thread `tid` of this process has waited for a CPU so far.
+fn waited(tid: u64) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    let mut f = text.split_whitespace().map(str::parse::<u64>);
-    Some((f.next()?.ok()?, f.next()?.ok()?))
+    text.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -130,28 +137,24 @@ mod tests {
         let mut gap = Duration::ZERO;
         let mut seen = vec![];
         for _ in 0..7 {
-            gap = next_gap(gap, BUSY, PRESSED);
+            gap = next_gap(gap, PRESSED, true);
             seen.push(gap.as_millis());
         }
         assert_eq!(seen, [50, 100, 200, 400, 800, 1000, 1000]);
         let between = (PRESSED + EASED) / 2;
-        assert_eq!(next_gap(gap, BUSY, between), gap, "in between: kept");
+        assert_eq!(next_gap(gap, between, true), gap, "in between: kept");
         assert_eq!(
-            next_gap(gap, BUSY - 1, PRESSED).as_millis(),
+            next_gap(gap, 1000, false).as_millis(),
             500,
-            "not busy: eased"
+            "a verifier that keeps up is not pressed, however long it waits"
         );
         let mut seen = vec![];
         for _ in 0..6 {
-            gap = next_gap(gap, 1000, EASED - 1);
+            gap = next_gap(gap, EASED - 1, true);
             seen.push(gap.as_millis());
         }
         assert_eq!(seen, [500, 250, 125, 62, 0, 0]);
-        assert_eq!(
-            next_gap(Duration::ZERO, BUSY - 1, 1000),
-            Duration::ZERO,
-            "a verifier with little to do never holds the page back"
-        );
+        assert_eq!(next_gap(Duration::ZERO, 1000, false), Duration::ZERO);
     }
 
     /// A "verifier" that spins among more spinning threads than the machine has cores is
@@ -179,7 +182,7 @@ mod tests {
         while y.tid.load(Ordering::Relaxed) == 0 {
             std::thread::yield_now();
         }
-        if counters(y.tid.load(Ordering::Relaxed)).is_none() {
+        if waited(y.tid.load(Ordering::Relaxed)).is_none() {
             // A kernel without scheduler statistics: no gap, ever.
             stop.store(true, Ordering::Relaxed);
             y.sample();
@@ -189,9 +192,9 @@ mod tests {
         // Spinning among more spinners than cores, it waits for a CPU much of the time
         // (the more so the busier the machine).
         let tid = y.tid.load(Ordering::Relaxed);
-        let (t0, (_, w0)) = (Instant::now(), counters(tid).unwrap_or_default());
+        let (t0, w0) = (Instant::now(), waited(tid).unwrap_or_default());
         std::thread::sleep(SAMPLE_EVERY * 2);
-        let (_, w1) = counters(tid).unwrap_or_default();
+        let w1 = waited(tid).unwrap_or_default();
         let wall = t0.elapsed().as_nanos() as u64;
         stop.store(true, Ordering::Relaxed);
         for t in threads {
