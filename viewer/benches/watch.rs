@@ -28,6 +28,7 @@ mod live_support;
 
 use browser::{watch, Browser};
 use live_support::Host;
+use ostm_testkit::Proc;
 use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -44,17 +45,6 @@ const HOST: [&str; 8] = [
     "--rate", "max", "--dims", "3", "--bodies", "64", "--seed", "64",
 ];
 
-/// The last `status` rate a `--json` viewer printed before it was stopped.
-fn last_rate(stdout: &str) -> f64 {
-    stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["event"] == "status")
-        .filter_map(|v| v["rate"].as_f64())
-        .next_back()
-        .unwrap_or_else(|| panic!("no status line in {stdout}"))
-}
-
 /// `--verifier-nice N` for both viewers when OSTM_BENCH_VERIFIER_NICE is set (else each
 /// runs with its default).
 fn verifier_nice() -> Vec<String> {
@@ -64,18 +54,57 @@ fn verifier_nice() -> Vec<String> {
     }
 }
 
+/// Reads a `--json` viewer's lines as they come, for `secs`, on a thread of its own; gives
+/// the viewer back with its verified steps per second over the second half of that time
+/// (from the first status line after the half to the last, by when each came), like the
+/// page's frames: the steady pace, not the session's average since its start.
+fn steady_rate(mut p: Proc, secs: u64) -> std::thread::JoinHandle<(Proc, f64)> {
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let (half, end) = (
+            start + Duration::from_secs(secs) / 2,
+            start + Duration::from_secs(secs),
+        );
+        let mut first: Option<(Instant, u64)> = None;
+        let mut last: Option<(Instant, u64)> = None;
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            let Some(line) = p.line_within(left) else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            let (Some("status"), Some(n)) = (v["event"].as_str(), v["verified"].as_u64()) else {
+                continue;
+            };
+            let now = Instant::now();
+            if now >= half {
+                first.get_or_insert((now, n));
+                last = Some((now, n));
+            }
+        }
+        let rate = match (first, last) {
+            (Some((t0, n0)), Some((t1, n1))) if t1 > t0 => {
+                (n1 - n0) as f64 / (t1 - t0).as_secs_f64()
+            }
+            _ => panic!("fewer than two status lines in the second half of {secs} s"),
+        };
+        (p, rate)
+    })
+}
+
 fn attach_run(secs: u64) -> f64 {
     let host = Host::start(&HOST);
-    let mut p = ostm_testkit::Proc::spawn(
+    let mut p = Proc::spawn(
         Command::new(env!("CARGO_BIN_EXE_ostm-viewer"))
             .args(["attach", &host.addr, "--json"])
             .args(verifier_nice()),
     );
     p.wait_line(|l| l.contains("\"attached\""));
-    std::thread::sleep(Duration::from_secs(secs));
+    let (p, rate) = steady_rate(p, secs).join().expect("the reading thread");
     p.signal("INT");
-    let out = p.finish();
-    last_rate(&String::from_utf8_lossy(&out.stdout))
+    p.finish();
+    rate
 }
 
 /// CPU seconds used so far by the process or thread whose /proc stat file is `stat`.
@@ -208,13 +237,16 @@ async fn watch_run(host: &[&str], secs: u64, b: &Browser, whole: bool) -> (f64, 
     ))
     .await;
     b.click(r#"input[name="overlay"][value="occupancy"]"#).await;
+    // The verified steps are counted over the same second half as the page's frames.
+    let pid = p.pid();
+    let rate = steady_rate(p, secs);
     tokio::time::sleep(Duration::from_secs(secs / 2)).await;
     let c0 = b.js(COUNTERS).await;
-    let (b0, s0) = (tree_cpu(b.driver_pid()), threads_cpu(p.pid(), "ostm-web"));
+    let (b0, s0) = (tree_cpu(b.driver_pid()), threads_cpu(pid, "ostm-web"));
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs(secs - secs / 2)).await;
     let c1 = b.js(COUNTERS).await;
-    let (b1, s1) = (tree_cpu(b.driver_pid()), threads_cpu(p.pid(), "ostm-web"));
+    let (b1, s1) = (tree_cpu(b.driver_pid()), threads_cpu(pid, "ostm-web"));
     let elapsed = t0.elapsed().as_secs_f64();
     let delta = |i: usize| c1[i].as_f64().unwrap_or(0.0) - c0[i].as_f64().unwrap_or(0.0);
     let frames = delta(0);
@@ -226,8 +258,9 @@ async fn watch_run(host: &[&str], secs: u64, b: &Browser, whole: bool) -> (f64, 
         )
         .await;
     assert_eq!(last[1], "occupancy");
+    let (p, rate) = tokio::task::block_in_place(|| rate.join()).expect("the reading thread");
     p.signal("INT");
-    let out = p.finish();
+    p.finish();
     let page = Page {
         fps: frames / elapsed,
         set_ms: delta(1) / frames.max(1.0),
@@ -239,7 +272,7 @@ async fn watch_run(host: &[&str], secs: u64, b: &Browser, whole: bool) -> (f64, 
         server_ms: (s1 - s0) * 1000.0 / frames.max(1.0),
         gap_ms: last[2].as_u64().unwrap_or(0),
     };
-    (last_rate(&String::from_utf8_lossy(&out.stdout)), page)
+    (rate, page)
 }
 
 /// requestAnimationFrame callbacks per second in the page, over 3 s.
