@@ -7,8 +7,9 @@
 //! a CPU). The verifier is *pressed* when, since the last reading, it waited for a CPU at
 //! least [`PRESSED`] of the time while at least [`BEHIND`] records waited for it (the
 //! backlog of its last status): then the gap between two frames to a tab doubles (from
-//! [`FIRST_GAP`] up to [`MAX_GAP`]). When it waited less than [`EASED`] of the time, or
-//! fewer records waited, the gap halves, down to none below [`FIRST_GAP`]. A verifier that
+//! [`FIRST_GAP`] up to [`MAX_GAP`]). When fewer records waited, the gap halves, down to
+//! none below [`FIRST_GAP`]; while they still wait but the verifier waited less than
+//! [`EASED`] of the time, it halves only every [`CALM`] readings in a row. A verifier that
 //! keeps up with its host never holds the page back, however long its wake-ups wait.
 //! Without the counters (another system, or no verifier thread yet) there is no gap.
 
@@ -25,6 +26,9 @@ pub const BEHIND: u64 = 4096;
 pub const PRESSED: u64 = 100;
 /// Below this part of the time (per mille), the pressure has eased.
 pub const EASED: u64 = 50;
+/// Readings in a row in which a verifier still behind waited less than [`EASED`] before
+/// the gap halves.
+pub const CALM: u32 = 8;
 /// The first gap when the verifier is pressed.
 pub const FIRST_GAP: Duration = Duration::from_millis(50);
 /// The longest gap: a pressed page still gets a frame a second.
@@ -46,6 +50,9 @@ pub struct Yield {
 struct Sample {
     at: Instant,
     waited_ns: u64,
+    /// Readings in a row, up to this one, in which the verifier was behind but waited
+    /// less than [`EASED`].
+    calm: u32,
 }
 
 impl Yield {
@@ -78,7 +85,11 @@ impl Yield {
             return;
         };
         let now = Instant::now();
-        let sample = Sample { at: now, waited_ns };
+        let mut sample = Sample {
+            at: now,
+            waited_ns,
+            calm: 0,
+        };
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let Some(prev) = *last else {
             *last = Some(sample);
@@ -88,13 +99,16 @@ impl Yield {
         if wall < SAMPLE_EVERY {
             return;
         }
-        *last = Some(sample);
         let waited = waited_ns
             .saturating_sub(prev.waited_ns)
             .saturating_mul(1000)
             / (wall.as_nanos() as u64).max(1);
         let behind = self.backlog.load(Ordering::Relaxed) >= BEHIND;
-        let gap = next_gap(self.gap(), waited, behind);
+        if behind && waited < EASED {
+            sample.calm = prev.calm.saturating_add(1);
+        }
+        *last = Some(sample);
+        let gap = next_gap(self.gap(), waited, behind, sample.calm);
         tracing::debug!(
             waited,
             behind,
@@ -106,17 +120,25 @@ impl Yield {
 }
 
 /// The gap after a sample in which the verifier waited for a CPU `waited` per mille of the
-/// time, `behind` or not.
-pub fn next_gap(gap: Duration, waited: u64, behind: bool) -> Duration {
-    if behind && waited >= PRESSED {
-        (gap * 2).clamp(FIRST_GAP, MAX_GAP)
-    } else if !behind || waited < EASED {
+/// time, `behind` or not, the `calm`-th reading in a row in which it was behind and waited
+/// less than [`EASED`]. Frames that yield take less of the CPU, so a verifier still
+/// behind waits less: the gap halves only every [`CALM`] such readings, so that it does not
+/// open and close by turns.
+pub fn next_gap(gap: Duration, waited: u64, behind: bool, calm: u32) -> Duration {
+    let half = || {
         let half = gap / 2;
         if half < FIRST_GAP {
             Duration::ZERO
         } else {
             half
         }
+    };
+    if !behind {
+        half()
+    } else if waited >= PRESSED {
+        (gap * 2).clamp(FIRST_GAP, MAX_GAP)
+    } else if waited < EASED && calm > 0 && calm % CALM == 0 {
+        half()
     } else {
         gap
     }
@@ -137,24 +159,27 @@ mod tests {
         let mut gap = Duration::ZERO;
         let mut seen = vec![];
         for _ in 0..7 {
-            gap = next_gap(gap, PRESSED, true);
+            gap = next_gap(gap, PRESSED, true, 0);
             seen.push(gap.as_millis());
         }
         assert_eq!(seen, [50, 100, 200, 400, 800, 1000, 1000]);
         let between = (PRESSED + EASED) / 2;
-        assert_eq!(next_gap(gap, between, true), gap, "in between: kept");
+        assert_eq!(next_gap(gap, between, true, 0), gap, "in between: kept");
         assert_eq!(
-            next_gap(gap, 1000, false).as_millis(),
+            next_gap(gap, 1000, false, 0).as_millis(),
             500,
             "a verifier that keeps up is not pressed, however long it waits"
         );
+        // Still behind but calm: the gap halves only every CALM readings.
         let mut seen = vec![];
-        for _ in 0..6 {
-            gap = next_gap(gap, EASED - 1, true);
+        for calm in 1..=5 * CALM {
+            gap = next_gap(gap, EASED - 1, true, calm);
             seen.push(gap.as_millis());
         }
-        assert_eq!(seen, [500, 250, 125, 62, 0, 0]);
-        assert_eq!(next_gap(Duration::ZERO, 1000, false), Duration::ZERO);
+        let steps: Vec<u128> = seen.iter().step_by(CALM as usize).copied().collect();
+        assert_eq!(steps, [1000, 500, 250, 125, 62], "{seen:?}");
+        assert_eq!(seen.last(), Some(&0));
+        assert_eq!(next_gap(Duration::ZERO, 1000, false, 0), Duration::ZERO);
     }
 
     /// A "verifier" that spins among more spinning threads than the machine has cores is
