@@ -137,7 +137,7 @@ pub fn next_gap(gap: Duration, waited: u64, behind: bool, calm: u32) -> Duration
         half()
     } else if waited >= PRESSED {
         (gap * 2).clamp(FIRST_GAP, MAX_GAP)
-    } else if waited < EASED && calm > 0 && calm % CALM == 0 {
+    } else if waited < EASED && calm > 0 && calm.is_multiple_of(CALM) {
         half()
     } else {
         gap
