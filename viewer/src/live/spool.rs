@@ -320,7 +320,9 @@ impl Disk {
                 p.extend_from_slice(&run.count().to_le_bytes());
                 p.extend_from_slice(&(run.frames().len() as u32).to_le_bytes());
                 p.extend_from_slice(run.frames());
-                self.name = Some(Arc::from(run.name()));
+                if self.name.is_none() {
+                    self.name = Some(Arc::from(run.name()));
+                }
             }
             _ => return Err(io::Error::other("only records are spilled")),
         }

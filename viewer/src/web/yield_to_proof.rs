@@ -227,8 +227,8 @@ mod tests {
         }
         let waited = (w1 - w0) * 1000 / wall.max(1);
         assert!(waited >= PRESSED, "waited {waited} per mille");
-        // The same thread id now names no thread: the counters are gone, the gap stays
-        // as it was. A verifier that sleeps (this test's own thread) lets it close.
+        // A verifier with nothing waiting for it (this test's own, sleeping thread, no
+        // backlog) lets the gap close.
         let idle = Yield::default();
         idle.note_verifier_thread();
         idle.gap_ms
