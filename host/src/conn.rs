@@ -1,8 +1,10 @@
 //! One viewer's connection: the handshake, then a writer (this task) that sends the records
 //! past the viewer's position in the hub's shared ring, heartbeats and drift replies, and a
 //! reader task that answers what the viewer sends. Whatever the viewer does, only this
-//! connection pays for it.
+//! connection pays for it. A plain-TCP connection that has sent every record parks its
+//! writer for the fan-out to write the next ones directly ([`crate::direct`]).
 
+use crate::direct::{Direct, Handed};
 use crate::hub::{Hub, Joined, Take};
 use crate::pending::{Admitted, HELLO_TIMEOUT};
 use futures::StreamExt;
@@ -12,14 +14,18 @@ use ostm_protocol::wire::{
 };
 use std::io::IoSlice;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use subtle::ConstantTimeEq;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, WriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::{timeout, Instant};
+use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::codec::FramedRead;
 use tracing::{debug, info, warn, Instrument};
@@ -40,13 +46,56 @@ pub struct ConnConfig {
     pub welcome: Welcome,
 }
 
-/// A connection's byte stream: plain TCP, or TLS over it.
-pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
 /// The write side: frames are written as they are, shared, with no buffer of its own.
-type Writer = WriteHalf<Box<dyn Io>>;
-type Reader = FramedRead<ReadHalf<Box<dyn Io>>, HostCodec>;
+/// A plain-TCP one can also be written without a task (`try_write_vectored`), which the
+/// fan-out does while the connection is caught up ([`crate::direct`]).
+pub enum Writer {
+    Tcp(OwnedWriteHalf),
+    Tls(WriteHalf<TlsStream<TcpStream>>),
+}
+
+impl AsyncWrite for Writer {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Writer::Tcp(w) => Pin::new(w).poll_write(cx, buf),
+            Writer::Tls(w) => Pin::new(w).poll_write(cx, buf),
+        }
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Writer::Tcp(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+            Writer::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Writer::Tcp(w) => w.is_write_vectored(),
+            Writer::Tls(w) => w.is_write_vectored(),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Writer::Tcp(w) => Pin::new(w).poll_flush(cx),
+            Writer::Tls(w) => Pin::new(w).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Writer::Tcp(w) => Pin::new(w).poll_shutdown(cx),
+            Writer::Tls(w) => Pin::new(w).poll_shutdown(cx),
+        }
+    }
+}
+
+type Reader = FramedRead<Box<dyn AsyncRead + Unpin + Send>, HostCodec>;
 
 /// What the reader task tells the writer.
 enum Control {
@@ -57,7 +106,7 @@ enum Control {
 }
 
 /// Records sent in one write at most.
-const BATCH: usize = 64;
+pub const BATCH: usize = 64;
 /// The read buffer a connection starts with, in bytes: a viewer sends its hello (at most
 /// 271 bytes with a 255-byte token), then 13-byte heartbeats and drift requests; the
 /// buffer grows if a frame needs more.
@@ -82,18 +131,23 @@ pub async fn serve(
         let evicted = waiting.evicted.clone();
         let name = peer.to_string();
         let before_hello = async {
-            let io: Box<dyn Io> = match &cfg.tls {
+            let (r, w): (Box<dyn AsyncRead + Unpin + Send>, Writer) = match &cfg.tls {
                 Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(s) => Box::new(s),
+                    Ok(s) => {
+                        let (r, w) = tokio::io::split(s);
+                        (Box::new(r), Writer::Tls(w))
+                    }
                     Err(e) => {
                         hub.counters.refused.fetch_add(1, Ordering::Relaxed);
                         info!("refused: TLS handshake failed: {e}");
                         return None;
                     }
                 },
-                None => Box::new(stream),
+                None => {
+                    let (r, w) = stream.into_split();
+                    (Box::new(r), Writer::Tcp(w))
+                }
             };
-            let (r, w) = tokio::io::split(io);
             let mut reader =
                 FramedRead::with_capacity(r, HostCodec::new(name.clone()), READ_BUFFER);
             let hello = handshake(&mut reader, &hub, &cfg, &name).await;
@@ -164,7 +218,7 @@ pub async fn serve(
         hub.counters.viewers_total.fetch_add(1, Ordering::Relaxed);
         let (id, step) = (joined.id, joined.world.step);
         info!(id, step, "viewer {peer} attached at step {step}");
-        let left = stream_to(&mut writer, reader, joined, peer, &hub, &cfg).await;
+        let left = stream_to(writer, reader, joined, peer, &hub, &cfg).await;
         hub.counters.viewers.fetch_sub(1, Ordering::Relaxed);
         left.log(peer, id, hub.step());
     }
@@ -368,7 +422,7 @@ async fn refuse(writer: &mut Writer, mut reader: Reader, refusal: Refusal, stall
 }
 
 /// Slices in one vectored write at most: a batch of records and the heartbeat ahead of it.
-const MAX_SLICES: usize = BATCH + 1;
+pub const MAX_SLICES: usize = BATCH + 1;
 
 /// Writes the frames as they are (shared, not copied), in vectored writes, then flushes
 /// (which TLS needs).
@@ -401,19 +455,19 @@ async fn send_frames(
 ) -> Result<(), Why> {
     match timeout(stall, write_frames(writer, frames)).await {
         Ok(Ok(())) => Ok(()),
-        // The viewer closed its side (a reset when it left unread records behind).
-        Ok(Err(e))
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-            ) =>
-        {
-            Err(Why::Closed)
-        }
-        Ok(Err(e)) => Err(Why::Dropped(format!("write failed: {e}"))),
+        Ok(Err(e)) => Err(failed(e)),
         Err(_) => Err(Why::Stalled(stall)),
+    }
+}
+
+/// Why the viewer is gone after a write failed with `e`.
+fn failed(e: std::io::Error) -> Why {
+    match e.kind() {
+        // The viewer closed its side (a reset when it left unread records behind).
+        std::io::ErrorKind::BrokenPipe
+        | std::io::ErrorKind::ConnectionReset
+        | std::io::ErrorKind::ConnectionAborted => Why::Closed,
+        _ => Why::Dropped(format!("write failed: {e}")),
     }
 }
 
@@ -431,11 +485,45 @@ fn encode(msg: &ToViewer) -> Vec<EncodedFrame> {
 /// Puts a heartbeat carrying the host's step ahead of a write of records when the host's
 /// step is past `after`, the step the last of them brings the viewer to, so the viewer
 /// learns how far behind it is from the host, not from the records it has.
-fn with_host_step(frames: &mut Vec<EncodedFrame>, after: u64, host_step: u64) {
+pub fn with_host_step(frames: &mut Vec<EncodedFrame>, after: u64, host_step: u64) {
     if host_step > after {
         if let Some(beat) = encode(&ToViewer::Heartbeat { host_step }).pop() {
             frames.insert(0, beat);
         }
+    }
+}
+
+/// What woke a connection that waited.
+enum Woken {
+    /// The reader's message (`None`: the reader is gone).
+    Control(Option<Control>),
+    /// Records may have come (or the fan-out handed the writer back).
+    Records,
+    /// The heartbeat's timer fired.
+    Beat,
+}
+
+/// The heartbeat's timer fired: a heartbeat when nothing was sent for the interval
+/// (`fired` stays set: the timer is set again after the write), else the timer set to the
+/// interval after the last write.
+fn beat(
+    heartbeat: Pin<&mut tokio::time::Sleep>,
+    fired: &mut bool,
+    last_sent: Instant,
+    hub: &Hub,
+    cfg: &ConnConfig,
+    frames: &mut Vec<EncodedFrame>,
+) -> Next {
+    let due = last_sent + cfg.heartbeat;
+    if Instant::now() < due {
+        heartbeat.reset(due);
+        *fired = false;
+        Next::Again
+    } else {
+        frames.extend(encode(&ToViewer::Heartbeat {
+            host_step: hub.step(),
+        }));
+        Next::Write
     }
 }
 
@@ -456,7 +544,7 @@ enum Next {
 /// reader or the heartbeat interval. No timer is set per record: the heartbeat's is moved
 /// only when it fires.
 async fn stream_to(
-    writer: &mut Writer,
+    mut writer: Writer,
     reader: Reader,
     joined: Joined,
     peer: SocketAddr,
@@ -481,7 +569,7 @@ async fn stream_to(
         },
     ];
     let first: Vec<EncodedFrame> = hello.iter().flat_map(encode).collect();
-    if let Err(why) = send_frames(writer, &first, cfg.stall).await {
+    if let Err(why) = send_frames(&mut writer, &first, cfg.stall).await {
         if matches!(why, Why::Stalled(_)) {
             hub.counters.stalled.fetch_add(1, Ordering::Relaxed);
         }
@@ -493,6 +581,12 @@ async fn stream_to(
         tokio::spawn(read_loop(reader, ctl_tx, hub.clone(), cfg.silence).in_current_span());
     let mut frames: Vec<EncodedFrame> = Vec::new();
     let mut last_sent = Instant::now();
+    // Plain TCP: the fan-out writes to it directly whenever it is caught up.
+    let direct = matches!(writer, Writer::Tcp(_)).then(|| {
+        let direct = Arc::new(Direct::new());
+        hub.register(&direct);
+        direct
+    });
     let heartbeat = tokio::time::sleep(cfg.heartbeat);
     tokio::pin!(heartbeat);
     let control = |c: Option<Control>, frames: &mut Vec<EncodedFrame>| match c {
@@ -507,15 +601,28 @@ async fn stream_to(
     let mut caught_up = false;
     // The heartbeat's timer fired: set it again after the next write.
     let mut beat_fired = false;
+    // What woke the writer while it waited, seen to at the top of the next turn.
+    let mut held: Option<Woken> = None;
     // The step the frames being written bring the viewer to, when they carry records.
     let stop = loop {
         frames.clear();
         let mut writing: Option<u64> = None;
         // What the reader sends is rare: looked at only when there is something.
-        let mut next = if ctl_rx.is_empty() {
-            Next::Again
-        } else {
-            control(ctl_rx.try_recv().ok(), &mut frames)
+        let mut next = match held.take() {
+            Some(Woken::Control(c)) => control(c, &mut frames),
+            Some(Woken::Beat) => {
+                beat_fired = true;
+                beat(
+                    heartbeat.as_mut(),
+                    &mut beat_fired,
+                    last_sent,
+                    hub,
+                    cfg,
+                    &mut frames,
+                )
+            }
+            Some(Woken::Records) | None if ctl_rx.is_empty() => Next::Again,
+            _ => control(ctl_rx.try_recv().ok(), &mut frames),
         };
         if matches!(next, Next::Again) {
             let mut taken = if caught_up {
@@ -524,30 +631,73 @@ async fn stream_to(
                 hub.take(&mut position, BATCH, &mut frames)
             };
             if matches!(taken, Take::Nothing) {
-                // Register for the fan-out's wake before looking again, so that a record
-                // published in between is not missed.
-                let notified = hub.published().notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                taken = hub.take(&mut position, BATCH, &mut frames);
-                if matches!(taken, Take::Nothing) {
-                    next = tokio::select! {
-                        biased;
-                        c = ctl_rx.recv() => control(c, &mut frames),
-                        () = &mut notified => Next::Again,
-                        () = &mut heartbeat => {
-                            beat_fired = true;
-                            let due = last_sent + cfg.heartbeat;
-                            if Instant::now() < due {
-                                heartbeat.as_mut().reset(due);
-                                beat_fired = false;
-                                Next::Again
-                            } else {
-                                frames.extend(encode(&ToViewer::Heartbeat { host_step: hub.step() }));
-                                Next::Write
+                // Wait for records, the reader or the heartbeat interval; what woke the
+                // writer is seen to at the top of the next turn.
+                if let Some(direct) = &direct {
+                    // Caught up: park the writer for the fan-out, which writes the next
+                    // records itself, and wait for what it cannot write.
+                    let woken = direct.woken();
+                    tokio::pin!(woken);
+                    woken.as_mut().enable();
+                    match direct.park(hub, writer, position, left.step, last_sent) {
+                        Err(back) => {
+                            // Records came since the take (or the end): take them.
+                            writer = back;
+                            caught_up = false;
+                        }
+                        Ok(()) => {
+                            held = Some(tokio::select! {
+                                biased;
+                                c = ctl_rx.recv() => Woken::Control(c),
+                                () = &mut woken => Woken::Records,
+                                () = &mut heartbeat => Woken::Beat,
+                            });
+                            let Some(back) = direct.unpark() else {
+                                // Not reached: only this task takes the writer back.
+                                left.why = Why::Dropped("the connection lost its writer".into());
+                                read_task.abort();
+                                return left;
+                            };
+                            writer = back.writer;
+                            position = back.position;
+                            left.step = back.step;
+                            last_sent = back.last_sent;
+                            caught_up = false;
+                            match back.handed {
+                                None | Some(Handed::Behind) => {}
+                                Some(Handed::Failed(e)) => {
+                                    left.why = failed(e);
+                                    read_task.abort();
+                                    return left;
+                                }
+                                // The frame the fan-out's write stopped in is completed
+                                // before anything else is written.
+                                Some(Handed::Rest {
+                                    frames: rest,
+                                    after,
+                                }) => {
+                                    frames.extend(rest);
+                                    writing = Some(after);
+                                    next = Next::Write;
+                                }
                             }
                         }
-                    };
+                    }
+                } else {
+                    // Register for the fan-out's wake before looking again, so that a
+                    // record published in between is not missed.
+                    let notified = hub.published().notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    taken = hub.take(&mut position, BATCH, &mut frames);
+                    if matches!(taken, Take::Nothing) {
+                        held = Some(tokio::select! {
+                            biased;
+                            c = ctl_rx.recv() => Woken::Control(c),
+                            () = &mut notified => Woken::Records,
+                            () = &mut heartbeat => Woken::Beat,
+                        });
+                    }
                 }
             }
             match taken {
@@ -591,7 +741,7 @@ async fn stream_to(
             Next::Stop(end) => break end,
             Next::Write => {}
         }
-        if let Err(why) = send_frames(writer, &frames, cfg.stall).await {
+        if let Err(why) = send_frames(&mut writer, &frames, cfg.stall).await {
             if matches!(why, Why::Stalled(_)) {
                 hub.counters.stalled.fetch_add(1, Ordering::Relaxed);
             }
@@ -610,7 +760,7 @@ async fn stream_to(
     };
     if let Some(end) = stop {
         debug!(reason = end.reason.name(), "sending end");
-        let sent = send_frames(writer, &encode(&ToViewer::End(end.clone())), cfg.stall).await;
+        let sent = send_frames(&mut writer, &encode(&ToViewer::End(end.clone())), cfg.stall).await;
         if sent.is_ok() && writer.shutdown().await.is_ok() {
             // Wait for the viewer to close its side (the reader then finishes).
             let _ = timeout(LINGER, async { while ctl_rx.recv().await.is_some() {} }).await;

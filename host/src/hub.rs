@@ -5,19 +5,22 @@
 //!
 //! Publishing a step does the same work whatever the number of viewers: the stepping loop
 //! appends the step's world and record (encoded once) under the hub's lock and wakes one
-//! fan-out task ([`Hub::fan_out`]), which wakes the connections waiting for records. Each
-//! connection takes the records past its position itself ([`Hub::take`]); one that finds
-//! the host more than `queue` records ahead of it is resynced. A viewer joins (takes its
+//! fan-out task ([`Hub::fan_out`]). The fan-out writes the new records itself to every
+//! plain-TCP connection that had sent all records before them (its writer parked in its
+//! [`Direct`] slot), and wakes the connections waiting for records otherwise (TLS ones).
+//! A connection that is behind takes the records past its position itself ([`Hub::take`]);
+//! one that finds the host more than `queue` records ahead of it is resynced. A viewer joins (takes its
 //! probe snapshot and its position) under the hub's lock, so it joins *at* a step, never
 //! between one step's world and its record.
 
+use crate::direct::{Direct, Round};
 use bytes::Bytes;
 use ostm_protocol::op::for_each_op;
 use ostm_protocol::wire::{DriftReply, DriftStatus, EncodedFrame, End};
 use ostm_protocol::World;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 use tokio::sync::Notify;
 
 /// Limits fixed when the host starts.
@@ -87,6 +90,10 @@ pub struct Hub {
     records: RwLock<Records>,
     /// The host's step, readable without a lock.
     step: AtomicU64,
+    /// Records published so far (the ring's head), readable without a lock.
+    head: AtomicU64,
+    /// Connections that can take direct writes, registered since the fan-out last looked.
+    joining: Mutex<Vec<Weak<Direct>>>,
     /// How the stream ended, once it has; set after the last record was published.
     ended: OnceLock<End>,
     /// Told by the stepping loop that records were published (one waiter: the fan-out).
@@ -137,6 +144,8 @@ impl Hub {
                 buf: VecDeque::new(),
             }),
             step: AtomicU64::new(step),
+            head: AtomicU64::new(0),
+            joining: Mutex::new(Vec::new()),
             ended: OnceLock::new(),
             stepped: Notify::new(),
             published: Notify::new(),
@@ -153,6 +162,19 @@ impl Hub {
     /// The host's step now.
     pub fn step(&self) -> u64 {
         self.step.load(Ordering::Acquire)
+    }
+
+    /// The number of records published so far.
+    pub fn head(&self) -> u64 {
+        self.head.load(Ordering::Acquire)
+    }
+
+    /// Lets the fan-out write to this connection directly whenever its writer is parked.
+    pub fn register(&self, direct: &Arc<Direct>) {
+        self.joining
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(direct));
     }
 
     /// How the stream ended, once it has.
@@ -222,6 +244,30 @@ impl Hub {
         }
     }
 
+    /// Appends to `out` the frames of every record from `position` on, when there are
+    /// some and at most one write's worth ([`crate::conn::BATCH`], and at most `queue`);
+    /// returns their number and the step the last brings the viewer to. `None` otherwise:
+    /// a connection further behind takes its records itself ([`Hub::take`]).
+    pub fn take_all_within(
+        &self,
+        position: u64,
+        out: &mut Vec<EncodedFrame>,
+    ) -> Option<(u64, u64)> {
+        let records = self.records.read().unwrap_or_else(|e| e.into_inner());
+        let behind = records.next.checked_sub(position)?;
+        if behind == 0 || behind as usize > crate::conn::BATCH.min(self.limits.queue) {
+            return None;
+        }
+        self.note_behind(behind);
+        let first = (records.buf.len() as u64 - behind) as usize;
+        let mut after = 0;
+        for q in records.buf.range(first..) {
+            out.push(q.frame.clone());
+            after = q.after;
+        }
+        Some((behind, after))
+    }
+
     fn note_behind(&self, behind: u64) {
         if behind > self.counters.queue_max.load(Ordering::Relaxed) {
             self.counters.queue_max.fetch_max(behind, Ordering::Relaxed);
@@ -254,6 +300,7 @@ impl Hub {
             }
             records.next += 1;
             inner.published = records.next;
+            self.head.store(records.next, Ordering::Release);
             self.step.store(world.step, Ordering::Release);
         }
         self.counters.steps.store(world.step, Ordering::Relaxed);
@@ -271,12 +318,35 @@ impl Hub {
     }
 
     /// The fan-out: each time the stepping loop has published (once for any number of
-    /// steps published meanwhile), wakes every connection waiting for records. Runs until
-    /// the stream has ended.
+    /// steps published meanwhile), writes the new records to every connection whose
+    /// writer is parked ([`Direct::offer`]) and wakes every connection waiting for
+    /// records. Once the stream has ended, it makes a last round (the last records) and
+    /// wakes every parked connection to send its end; then it returns.
     pub async fn fan_out(&self) {
-        while self.ended.get().is_none() {
-            self.stepped.notified().await;
+        let mut conns: Vec<Weak<Direct>> = Vec::new();
+        let mut round = Round::default();
+        loop {
+            // Read before the round: a round that starts after the end was set writes the
+            // last records.
+            let ended = self.ended.get().is_some();
             self.published.notify_waiters();
+            conns.append(&mut self.joining.lock().unwrap_or_else(|e| e.into_inner()));
+            round.clear();
+            let now = tokio::time::Instant::now();
+            conns.retain(|c| match c.upgrade() {
+                Some(direct) => {
+                    direct.offer(self, &mut round, now);
+                    true
+                }
+                None => false,
+            });
+            if ended {
+                for direct in conns.iter().filter_map(Weak::upgrade) {
+                    direct.wake();
+                }
+                return;
+            }
+            self.stepped.notified().await;
         }
     }
 

@@ -12,6 +12,7 @@
 //! - `source`: where the world and its inputs come from.
 
 mod conn;
+mod direct;
 mod hub;
 mod pending;
 mod publish;

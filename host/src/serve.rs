@@ -469,7 +469,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         }
         None => (None, None, None),
     };
-    // Wakes the connections waiting for records once per publish, whatever their number.
+    // Writes each publish to the caught-up connections and wakes the others.
     let fan_out = {
         let hub = hub.clone();
         tokio::spawn(async move { hub.fan_out().await })
@@ -526,8 +526,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         }
     };
     drop(listener);
-    // The stream has ended: the fan-out has woken every connection for the last time.
-    fan_out.abort();
+    // The stream has ended: the fan-out makes its last round (the last records, a wake
+    // for every parked connection) and returns.
+    if tokio::time::timeout(SHUTDOWN_GRACE, fan_out).await.is_err() {
+        warn!("the fan-out did not finish");
+    }
     // Give every connection a bounded time to deliver its queue and end message.
     let wait = cfg.stall.min(SHUTDOWN_GRACE);
     if tokio::time::timeout(wait, async { while conns.join_next().await.is_some() {} })

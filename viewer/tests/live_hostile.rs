@@ -386,6 +386,95 @@ fn a_viewer_that_stops_reading_neither_slows_the_host_nor_grows_its_memory_and_i
     assert!(status.success());
 }
 
+/// A viewer that keeps up is written to by the host's fan-out directly, without its
+/// connection's task; one whose socket is full is written to by the task, from the byte
+/// where the fan-out's write stopped (docs/protocol.md, "Slow viewers and resync"). A
+/// reader with a small receive buffer that stops reading again and again (long enough for
+/// both kernel buffers to fill) and then reads everything moves its connection from one
+/// path to the other and back each time: every frame it receives must be whole, every
+/// record the next step's, with the host's hash for that step, and none resent.
+#[test]
+fn a_reader_that_pauses_again_and_again_receives_every_record_once_and_whole() {
+    const PAUSES: usize = 6;
+    let mut host = Host::start(&["--rate", "3000", "--json", "--status-ms", "100"]);
+    let mut s = small_receive_buffer(&host.addr);
+    s.write_all(&hello(1, 1, b"")).unwrap();
+    let mut bytes = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..PAUSES {
+        // Read what arrives for a while (the connection catches up), then stop reading
+        // for long enough that at 3 000 steps/s the host's 32 KiB of send buffer and the
+        // reader's few KiB fill (however slowly the host steps, the next pause goes on).
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(400);
+        while std::time::Instant::now() < until {
+            let n = s.read(&mut buf).expect("the host sends on");
+            assert!(n > 0, "the host closed the connection");
+            bytes.extend_from_slice(&buf[..n]);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+    }
+    let mut src = BytesMut::from(&bytes[..]);
+    let mut dec = ViewerCodec::new("host");
+    let (mut next, mut records, mut ahead) = (None::<u64>, Vec::new(), 0);
+    while let Some(m) = dec.decode(&mut src).expect("whole frames") {
+        match m {
+            ToViewer::Snapshot { kind, world } => {
+                assert_eq!(kind, ostm_protocol::wire::SnapshotKind::Attach, "no resync");
+                next = Some(world.step);
+            }
+            ToViewer::Record(r) => {
+                assert_eq!(Some(r.step), next, "each record the next step's, once");
+                next = Some(r.step + 1);
+                records.push((r.step, r.hash));
+            }
+            ToViewer::Heartbeat { host_step } if next.is_some_and(|n| host_step > n + 64) => {
+                ahead += 1
+            }
+            _ => {}
+        }
+    }
+    let last = next.expect("an attach snapshot");
+    assert!(records.len() > 1000, "{} records", records.len());
+    assert!(
+        ahead >= 1,
+        "the pauses never put the reader behind the host: its connection never left the fan-out's writes"
+    );
+    let rows = default_rows(last);
+    for (step, hash) in records {
+        assert_eq!(
+            hash,
+            rows[step as usize + 1],
+            "the host's hash at step {step}"
+        );
+    }
+    let v = host.wait_status(|_| true);
+    assert_eq!(
+        (&v["resyncs"], &v["stalled"]),
+        (&0.into(), &0.into()),
+        "{v}"
+    );
+}
+
+/// A connection to `addr` whose socket asks for a 2 KiB receive buffer, so that a pause
+/// in reading fills it within a few records.
+fn small_receive_buffer(addr: &str) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let s = rt
+        .block_on(async {
+            let sock = tokio::net::TcpSocket::new_v4()?;
+            sock.set_recv_buffer_size(2048)?;
+            sock.connect(addr.parse().expect("an address")).await
+        })
+        .expect("connect");
+    let s = s.into_std().unwrap();
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    s
+}
+
 /// Steps the host runs after its viewers are attached before the first sample (their
 /// queues and socket buffers have long filled by then: a few thousand steps do that).
 const WARM_STEPS: u64 = 20_000;
