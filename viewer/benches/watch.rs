@@ -5,7 +5,9 @@
 //! 1. Verified steps/s against a fresh `ostm-host serve --rate max` (a generated 3D world
 //!    of 64 bodies), `attach` (the baseline) and `watch` with headless Chromium on its page
 //!    (occupancy overlay), alternating, RUNS runs of SECS seconds each: the viewer's own
-//!    last `--json` status rate.
+//!    last `--json` status rate. watch / attach is given as the ratio of the means, of
+//!    the medians, and for each pair of runs (with their median), since one run of
+//!    `attach` alone differs from the next by 15 to 35 % on this machine.
 //! 2. During each watch run, the frames the page drew per second (`window.ostm.drawn`
 //!    over the run's second half); then the same with a host serving a replay of 64
 //!    bodies that all stay (generated here) at 6000 steps/s; beside the browser's display
@@ -393,11 +395,28 @@ async fn main() {
             .map(|f| (f * 10.0).round() / 10.0)
             .collect::<Vec<_>>()
     };
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    let pairs: Vec<f64> = watched.iter().zip(&attach).map(|(w, a)| w / a).collect();
     println!(
         "\nverified steps/s (mean of {runs} runs of {secs} s): attach {:.0}, watch {:.0}: watch/attach = {:.3}",
         mean(&attach),
         mean(&watched),
         mean(&watched) / mean(&attach)
+    );
+    println!(
+        "watch/attach: median / median {:.3}; per run (attach, then watch) {:?}, their median {:.3}",
+        median(&watched) / median(&attach),
+        pairs.iter().map(|r| (r * 100.0).round() / 100.0).collect::<Vec<_>>(),
+        median(&pairs)
     );
     println!(
         "page frames/s, occupancy overlay, --rate max host: {:.1} (runs {:?}; live bodies {alive:?})",
