@@ -196,12 +196,22 @@ impl Direct {
             self.wake.notify_one();
             return;
         };
-        let mut slices = [IoSlice::new(&[]); crate::conn::MAX_SLICES];
-        for (s, f) in slices.iter_mut().zip(&p.frames) {
-            *s = IoSlice::new(&f.0);
-        }
-        let n = p.frames.len().min(slices.len());
-        let handed = match w.try_write_vectored(&slices[..n]) {
+        // One `send` on the socket itself (non-blocking, as tokio made it): the record of a
+        // step alone, or a few with the heartbeat ahead of them in one vectored send. It
+        // leaves tokio's readiness alone: when it would block, the task's own write finds
+        // that out again and waits.
+        let sock = socket2::SockRef::from(w.as_ref());
+        let sent = match &p.frames[..] {
+            [one] => sock.send(&one.0),
+            frames => {
+                let mut slices = [IoSlice::new(&[]); crate::conn::MAX_SLICES];
+                for (s, f) in slices.iter_mut().zip(frames) {
+                    *s = IoSlice::new(&f.0);
+                }
+                sock.send_vectored(&slices[..frames.len().min(slices.len())])
+            }
+        };
+        let handed = match sent {
             Ok(written) => {
                 let rest = rest_of(&p.frames, written);
                 if rest.is_empty() {
@@ -215,10 +225,17 @@ impl Direct {
                     after: p.after,
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Handed::Rest {
-                frames: p.frames.clone(),
-                after: p.after,
-            },
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                Handed::Rest {
+                    frames: p.frames.clone(),
+                    after: p.after,
+                }
+            }
             Err(e) => Handed::Failed(e),
         };
         if matches!(handed, Handed::Rest { .. }) {

@@ -4,10 +4,11 @@
 //! status line prints.
 //!
 //! Publishing a step does the same work whatever the number of viewers: the stepping loop
-//! appends the step's world and record (encoded once) under the hub's lock and wakes one
-//! fan-out task ([`Hub::fan_out`]). The fan-out writes the new records itself to every
-//! plain-TCP connection that had sent all records before them (its writer parked in its
-//! [`Direct`] slot), and wakes the connections waiting for records otherwise (TLS ones).
+//! appends the step's world and record (encoded once) under the hub's lock and wakes the
+//! [`FAN_OUTS`] fan-out tasks ([`Hub::fan_out`]), a fixed number whatever the viewers. Each
+//! fan-out writes the new records itself to every plain-TCP connection of its share that
+//! had sent all records before them (its writer parked in its [`Direct`] slot); the first
+//! also wakes the connections waiting for records otherwise (TLS ones).
 //! A connection that is behind takes the records past its position itself ([`Hub::take`]);
 //! one that finds the host more than `queue` records ahead of it is resynced. A viewer joins (takes its
 //! probe snapshot and its position) under the hub's lock, so it joins *at* a step, never
@@ -22,6 +23,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 use tokio::sync::Notify;
+
+/// Fan-out tasks: each writes to its share of the connections (they are dealt out in
+/// turn as they attach), so that the runtime's two worker threads write at once.
+pub const FAN_OUTS: usize = 2;
 
 /// Limits fixed when the host starts.
 #[derive(Debug, Clone, Copy)]
@@ -93,11 +98,13 @@ pub struct Hub {
     /// Records published so far (the ring's head), readable without a lock.
     head: AtomicU64,
     /// Connections that can take direct writes, registered since the fan-out last looked.
-    joining: Mutex<Vec<Weak<Direct>>>,
+    joining: [Mutex<Vec<Weak<Direct>>>; FAN_OUTS],
+    /// Connections registered so far (they go to the fan-outs in turn).
+    registered: AtomicU64,
     /// How the stream ended, once it has; set after the last record was published.
     ended: OnceLock<End>,
-    /// Told by the stepping loop that records were published (one waiter: the fan-out).
-    stepped: Notify,
+    /// Told by the stepping loop that records were published (one per fan-out task).
+    stepped: [Notify; FAN_OUTS],
     /// Wakes every connection waiting for records.
     published: Notify,
     pub limits: Limits,
@@ -145,9 +152,10 @@ impl Hub {
             }),
             step: AtomicU64::new(step),
             head: AtomicU64::new(0),
-            joining: Mutex::new(Vec::new()),
+            joining: std::array::from_fn(|_| Mutex::new(Vec::new())),
+            registered: AtomicU64::new(0),
             ended: OnceLock::new(),
-            stepped: Notify::new(),
+            stepped: std::array::from_fn(|_| Notify::new()),
             published: Notify::new(),
             limits,
             counters: Counters::default(),
@@ -171,7 +179,8 @@ impl Hub {
 
     /// Lets the fan-out write to this connection directly whenever its writer is parked.
     pub fn register(&self, direct: &Arc<Direct>) {
-        self.joining
+        let part = self.registered.fetch_add(1, Ordering::Relaxed) as usize % FAN_OUTS;
+        self.joining[part]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::downgrade(direct));
@@ -276,7 +285,7 @@ impl Hub {
 
     /// Publishes one step: the world after it, the input that led there, and the record
     /// frame for the viewers. Never waits on a viewer, and does the same work however many
-    /// there are: one append to each ring, and one wake of the fan-out task.
+    /// there are: one append to each ring, and one wake of each fan-out task.
     pub fn publish(&self, world: &World, input: Bytes, frame: &EncodedFrame) {
         {
             let mut inner = self.lock();
@@ -304,7 +313,12 @@ impl Hub {
             self.step.store(world.step, Ordering::Release);
         }
         self.counters.steps.store(world.step, Ordering::Relaxed);
-        self.stepped.notify_one();
+        // Only the fan-outs that have had connections: the first, which also wakes the
+        // waiting ones, always.
+        let busy = (self.registered.load(Ordering::Relaxed) as usize).clamp(1, FAN_OUTS);
+        for stepped in &self.stepped[..busy] {
+            stepped.notify_one();
+        }
     }
 
     /// Ends the stream: each connection sends what is left for it, then `end`.
@@ -313,24 +327,29 @@ impl Hub {
             let _inner = self.lock();
             let _ = self.ended.set(end);
         }
-        self.stepped.notify_one();
+        for stepped in &self.stepped {
+            stepped.notify_one();
+        }
         self.published.notify_waiters();
     }
 
-    /// The fan-out: each time the stepping loop has published (once for any number of
-    /// steps published meanwhile), writes the new records to every connection whose
-    /// writer is parked ([`Direct::offer`]) and wakes every connection waiting for
-    /// records. Once the stream has ended, it makes a last round (the last records) and
-    /// wakes every parked connection to send its end; then it returns.
-    pub async fn fan_out(&self) {
+    /// Fan-out task `part` (of [`FAN_OUTS`]): each time the stepping loop has published
+    /// (once for any number of steps published meanwhile), writes the new records to
+    /// every connection of its share whose writer is parked ([`Direct::offer`]); part 0
+    /// also wakes every connection waiting for records. Once the stream has ended, it
+    /// makes a last round (the last records) and wakes every parked connection of its
+    /// share to send its end; then it returns.
+    pub async fn fan_out(&self, part: usize) {
         let mut conns: Vec<Weak<Direct>> = Vec::new();
         let mut round = Round::default();
         loop {
             // Read before the round: a round that starts after the end was set writes the
             // last records.
             let ended = self.ended.get().is_some();
-            self.published.notify_waiters();
-            conns.append(&mut self.joining.lock().unwrap_or_else(|e| e.into_inner()));
+            if part == 0 {
+                self.published.notify_waiters();
+            }
+            conns.append(&mut self.joining[part].lock().unwrap_or_else(|e| e.into_inner()));
             round.clear();
             let now = tokio::time::Instant::now();
             conns.retain(|c| match c.upgrade() {
@@ -346,7 +365,7 @@ impl Hub {
                 }
                 return;
             }
-            self.stepped.notified().await;
+            self.stepped[part].notified().await;
         }
     }
 
@@ -561,7 +580,7 @@ mod tests {
         let hub = std::sync::Arc::new(Hub::new(world(), Limits { queue: 4, ring: 8 }));
         let fan = tokio::spawn({
             let hub = hub.clone();
-            async move { hub.fan_out().await }
+            async move { hub.fan_out(0).await }
         });
         let waiters: Vec<_> = (0..3)
             .map(|_| {

@@ -469,11 +469,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         }
         None => (None, None, None),
     };
-    // Writes each publish to the caught-up connections and wakes the others.
-    let fan_out = {
-        let hub = hub.clone();
-        tokio::spawn(async move { hub.fan_out().await })
-    };
+    // Write each publish to the caught-up connections (each task its share) and wake the
+    // others.
+    let fan_outs: Vec<_> = (0..crate::hub::FAN_OUTS)
+        .map(|part| {
+            let hub = hub.clone();
+            tokio::spawn(async move { hub.fan_out(part).await })
+        })
+        .collect();
     // The stepping loop on a thread of its own, named so that its CPU time can be told
     // apart from the connections' (top -H, /proc/PID/task/*/comm).
     let mut stepping = {
@@ -526,9 +529,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         }
     };
     drop(listener);
-    // The stream has ended: the fan-out makes its last round (the last records, a wake
-    // for every parked connection) and returns.
-    if tokio::time::timeout(SHUTDOWN_GRACE, fan_out).await.is_err() {
+    // The stream has ended: each fan-out makes its last round (the last records, a wake
+    // for every parked connection of its share) and returns.
+    if tokio::time::timeout(SHUTDOWN_GRACE, futures::future::join_all(fan_outs))
+        .await
+        .is_err()
+    {
         warn!("the fan-out did not finish");
     }
     // Give every connection a bounded time to deliver its queue and end message.
