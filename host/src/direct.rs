@@ -9,6 +9,7 @@
 
 use crate::conn::{with_host_step, Writer};
 use crate::hub::Hub;
+use crate::unpoisoned::unpoisoned;
 use ostm_protocol::wire::EncodedFrame;
 use std::io::IoSlice;
 use std::sync::{Mutex, MutexGuard};
@@ -123,8 +124,7 @@ impl Direct {
     }
 
     fn lock(&self) -> MutexGuard<'_, Slot> {
-        // A panic while holding the lock leaves plain data behind: keep using it.
-        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+        unpoisoned(self.slot.lock())
     }
 
     /// Parks the task's writer, which has sent every record before `position`. `Err`

@@ -15,6 +15,7 @@
 //! between one step's world and its record.
 
 use crate::direct::{Direct, Round};
+use crate::unpoisoned::unpoisoned;
 use bytes::Bytes;
 use ostm_protocol::op::for_each_op;
 use ostm_protocol::wire::{DriftReply, DriftStatus, EncodedFrame, End};
@@ -163,8 +164,7 @@ impl Hub {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock leaves plain data behind: keep serving it.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        unpoisoned(self.inner.lock())
     }
 
     /// The host's step now.
@@ -180,10 +180,7 @@ impl Hub {
     /// Lets the fan-out write to this connection directly whenever its writer is parked.
     pub fn register(&self, direct: &Arc<Direct>) {
         let part = self.registered.fetch_add(1, Ordering::Relaxed) as usize % FAN_OUTS;
-        self.joining[part]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::downgrade(direct));
+        unpoisoned(self.joining[part].lock()).push(Arc::downgrade(direct));
     }
 
     /// How the stream ended, once it has.
@@ -222,7 +219,7 @@ impl Hub {
     pub fn take(&self, position: &mut u64, max: usize, out: &mut Vec<EncodedFrame>) -> Take {
         // Read before the records: once the end is set, every record is in the ring.
         let ended = self.ended.get();
-        let records = self.records.read().unwrap_or_else(|e| e.into_inner());
+        let records = unpoisoned(self.records.read());
         let behind = records.next.saturating_sub(*position);
         if behind as usize > self.limits.queue {
             if let Some(end) = ended {
@@ -262,7 +259,7 @@ impl Hub {
         position: u64,
         out: &mut Vec<EncodedFrame>,
     ) -> Option<(u64, u64)> {
-        let records = self.records.read().unwrap_or_else(|e| e.into_inner());
+        let records = unpoisoned(self.records.read());
         let behind = records.next.checked_sub(position)?;
         if behind == 0 || behind as usize > crate::conn::BATCH.min(self.limits.queue) {
             return None;
@@ -299,7 +296,7 @@ impl Hub {
             while inner.ring.len() > self.limits.ring.max(1) {
                 inner.ring.pop_front();
             }
-            let mut records = self.records.write().unwrap_or_else(|e| e.into_inner());
+            let mut records = unpoisoned(self.records.write());
             records.buf.push_back(Queued {
                 after: world.step,
                 frame: frame.clone(),
@@ -349,7 +346,7 @@ impl Hub {
             if part == 0 {
                 self.published.notify_waiters();
             }
-            conns.append(&mut self.joining[part].lock().unwrap_or_else(|e| e.into_inner()));
+            conns.append(&mut *unpoisoned(self.joining[part].lock()));
             round.clear();
             let now = tokio::time::Instant::now();
             conns.retain(|c| match c.upgrade() {

@@ -20,6 +20,7 @@ mod serve;
 mod source;
 mod stepper;
 mod tls;
+mod unpoisoned;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

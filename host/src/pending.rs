@@ -5,6 +5,7 @@
 //! closed to make room, so a flood of idle or garbage connections never keeps a real
 //! viewer out (docs/protocol.md, "Connections before their hello").
 
+use crate::unpoisoned::unpoisoned;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -51,7 +52,7 @@ impl Pending {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        unpoisoned(self.inner.lock())
     }
 
     /// Takes a new connection from `ip` in; returns its place and how many waiting
