@@ -25,6 +25,13 @@
 //! transposed within the lanes into eight vectors of 32-bit lanes, one per field; two such
 //! groups are narrowed into one vector of 16-bit lanes per moving field, worked on, widened
 //! and transposed back. The still count and `alive` stay in 32-bit lanes.
+//!
+//! The transposes keep the vector pipes that shuffle busy (two of the four on the CPU
+//! measured, AMD Zen 3), so the rest of the kernel avoids shuffles and shifts where another
+//! operation gives the same value: a blend of two loads instead of an insert from memory,
+//! constants loaded instead of broadcast, a multiply-high instead of a shift, the constant
+//! first word of a live body instead of the loaded one (one vector less to keep). Together
+//! these made the step 10 to 15 % faster there (docs/performance.md, "Fewer shuffles").
 
 use super::{Body, Dims};
 
@@ -50,6 +57,37 @@ mod avx2 {
 
     use super::super::{step_bodies as reference, Body, Dims, BOX_MM};
     use std::arch::x86_64::*;
+
+    /// A vector constant in memory. The kernel loads its constants with [`konst`]: the
+    /// compiler would otherwise broadcast each from two bytes at every use, which takes a
+    /// shuffle pipe (see the module's notes); a load takes none.
+    #[repr(C, align(32))]
+    struct Konst([u16; 16]);
+
+    /// The box's side, L, in every 16-bit lane.
+    static L: Konst = Konst([BOX_MM as u16; 16]);
+    /// 11 in every 16-bit lane: a bounce settles below |v| 11.
+    static ELEVEN: Konst = Konst([11; 16]);
+    /// 7 in every 16-bit lane: `ceil(x / 8)` is `(x + 7) / 8`.
+    static SEVEN: Konst = Konst([7; 16]);
+    /// 3/4 as a 16-bit fraction: `mulhi(x, 0xC000)` is `floor(3x / 4)`.
+    static THREE_QUARTERS: Konst = Konst([0xC000; 16]);
+    /// 1/8 as a 16-bit fraction: `mulhi(x, 0x2000)` is `floor(x / 8)`.
+    static EIGHTH: Konst = Konst([0x2000; 16]);
+    /// 1 in every 32-bit lane.
+    static ONE: Konst = Konst([1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0]);
+    /// u32::MAX - 1 in every 32-bit lane: the largest still count that can grow.
+    static BELOW_MAX: Konst = Konst([
+        0xFFFE, 0xFFFF, 0xFFFE, 0xFFFF, 0xFFFE, 0xFFFF, 0xFFFE, 0xFFFF, 0xFFFE, 0xFFFF, 0xFFFE,
+        0xFFFF, 0xFFFE, 0xFFFF, 0xFFFE, 0xFFFF,
+    ]);
+
+    /// Loads a constant (see [`Konst`]).
+    #[inline(always)]
+    fn konst(k: &'static Konst) -> __m256i {
+        // SAFETY: `k` is 32 readable bytes aligned to 32; the volatile read keeps it a load.
+        unsafe { std::ptr::read_volatile((k as *const Konst).cast::<__m256i>()) }
+    }
 
     /// See [`super::step_bodies`].
     ///
@@ -131,7 +169,7 @@ mod avx2 {
             Some(h) => unsafe { load_fields(h) },
             None => fx,
         };
-        let one = _mm256_set1_epi32(1);
+        let one = konst(&ONE);
         let (live_x, live_y) = (
             _mm256_cmpeq_epi32(fx[0], one),
             _mm256_cmpeq_epi32(fy[0], one),
@@ -155,7 +193,7 @@ mod avx2 {
         } else {
             (px, vx) // unused
         };
-        let l = _mm256_set1_epi16(BOX_MM as i16);
+        let l = konst(&L);
         let zero = _mm256_setzero_si256();
         let (avx, avy, avz) = (
             _mm256_abs_epi16(vx),
@@ -217,17 +255,19 @@ mod avx2 {
                 interleave(nvy_y, fy[7]),
             )
         };
-        let as_x = interleave(fx[0], still(fx[1], rest_x));
+        // A live body's first word is 1 (`alive`, then three zero bytes): written as the
+        // constant, so that the loaded word need not be kept until here.
+        let as_x = interleave(konst(&ONE), still(fx[1], rest_x));
         // Only live bodies are written back: a dead slot keeps every field as it was.
         let live_rows = _mm256_movemask_ps(_mm256_castsi256_ps(live_x)) as u32;
         // SAFETY: as for the loads; `store_fields` writes the halves of the bodies whose bit
-        // is set in `live_rows`, and only those. The bytes written make a valid `Body`: the
-        // first word is the body's own first word as loaded (`alive` passes through both
-        // transposes untouched), so `alive` is 1 and the three bytes after it are zero; the
-        // other seven words are any u32 or i32, as `still`, `pos`, `vel`.
+        // is set in `live_rows`, and only those, all live: their first word was 1 as loaded
+        // (`live_x`) and is written as 1 (`ONE`). The bytes written make a valid `Body`:
+        // `alive` is 1 and the three bytes after it are zero; the other seven words are any
+        // u32 or i32, as `still`, `pos`, `vel`.
         unsafe { store_fields(hx, [as_x, pxy_x, zvx_x, vyz_x], live_rows) };
         if let Some(h) = hy {
-            let as_y = interleave(fy[0], still(fy[1], rest_y));
+            let as_y = interleave(konst(&ONE), still(fy[1], rest_y));
             let live_rows = _mm256_movemask_ps(_mm256_castsi256_ps(live_y)) as u32;
             // SAFETY: as for `hx` just above.
             unsafe { store_fields(h, [as_y, pxy_y, zvx_y, vyz_y], live_rows) };
@@ -258,11 +298,12 @@ mod avx2 {
             _mm256_abs_epi16(np),
             _mm256_sub_epi16(_mm256_add_epi16(l, l), np),
         );
-        // |trunc(-3v / 4)| = floor(3 |v| / 4), with the sign of -v.
-        let m = _mm256_srli_epi16::<2>(_mm256_add_epi16(av, _mm256_add_epi16(av, av)));
+        // |trunc(-3v / 4)| = floor(3 |v| / 4), with the sign of -v (a multiply-high: the
+        // shift of `3 |v|` would take a shuffle pipe).
+        let m = _mm256_mulhi_epu16(av, konst(&THREE_QUARTERS));
         let bounced = _mm256_sign_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), m), v);
         // Settles when floor(3 |v| / 4) < 8, that is |v| <= 10, at the wall crossed.
-        let settle = _mm256_andnot_si256(inside, _mm256_cmpgt_epi16(_mm256_set1_epi16(11), av));
+        let settle = _mm256_andnot_si256(inside, _mm256_cmpgt_epi16(konst(&ELEVEN), av));
         let wall = _mm256_and_si256(_mm256_cmpgt_epi16(np, l), l);
         let nv = _mm256_blendv_epi8(_mm256_andnot_si256(settle, bounced), v, inside);
         let np = _mm256_blendv_epi8(rp, wall, settle);
@@ -273,14 +314,17 @@ mod avx2 {
     /// the sign of `v` (|v| <= L: no overflow).
     #[inline(always)]
     unsafe fn friction(v: __m256i, floor: __m256i) -> __m256i {
-        let c = _mm256_srli_epi16::<3>(_mm256_add_epi16(_mm256_abs_epi16(v), _mm256_set1_epi16(7)));
+        let c = _mm256_mulhi_epu16(
+            _mm256_add_epi16(_mm256_abs_epi16(v), konst(&SEVEN)),
+            konst(&EIGHTH),
+        );
         _mm256_sub_epi16(v, _mm256_and_si256(_mm256_sign_epi16(c, v), floor))
     }
 
     /// The still count after a step: `s + 1`, saturating, where `rest` is set, else 0.
     #[inline(always)]
     unsafe fn still(s: __m256i, rest: __m256i) -> __m256i {
-        let below_max = _mm256_min_epu32(s, _mm256_set1_epi32(-2));
+        let below_max = _mm256_min_epu32(s, konst(&BELOW_MAX));
         _mm256_and_si256(_mm256_sub_epi32(below_max, _mm256_set1_epi32(-1)), rest)
     }
 
@@ -323,8 +367,8 @@ mod avx2 {
 
     /// The fields of eight bodies (`halves`: their 16 halves, see `chunk`), one vector per
     /// field in snapshot order, lane i holding body i's. Each half is loaded into one
-    /// 128-bit lane of a vector, body i's beside body i + 4's (an insert from memory, not a
-    /// shuffle), so that a 4 x 4 transpose within each 128-bit lane finishes the job.
+    /// 128-bit lane of a vector, body i's beside body i + 4's (two loads and a blend, see
+    /// `pair`), so that a 4 x 4 transpose within each 128-bit lane finishes the job.
     ///
     /// # Safety
     /// The CPU must have AVX2; `halves` must point at 256 readable bytes aligned to 16.
@@ -352,17 +396,19 @@ mod avx2 {
     }
 
     /// Half `h` (of body i) in the low 128-bit lane and half `h + 8` (of body i + 4) in
-    /// the high one.
+    /// the high one: two 256-bit loads (halves `h`, `h + 1` and halves `h + 7`, `h + 8`)
+    /// and a blend, which any vector pipe takes (an insert from memory takes a shuffle
+    /// pipe, see the module's notes).
     ///
     /// # Safety
-    /// The CPU must have AVX2; halves `h` and `h + 8` must be readable and aligned to 16.
+    /// The CPU must have AVX2; halves `h..=h + 8` must be readable.
     #[inline(always)]
     unsafe fn pair(halves: *const __m128i, h: usize) -> __m256i {
         // SAFETY: the caller's contract.
         unsafe {
-            _mm256_inserti128_si256::<1>(
-                _mm256_castsi128_si256(_mm_load_si128(halves.add(h))),
-                _mm_load_si128(halves.add(h + 8)),
+            _mm256_blend_epi32::<0xF0>(
+                _mm256_loadu_si256(halves.add(h).cast()),
+                _mm256_loadu_si256(halves.add(h + 7).cast()),
             )
         }
     }
