@@ -1,0 +1,139 @@
+//! Step + hash against XXH3-64 of a buffer the snapshot's size, timed in turn in one process:
+//! the ratio of the speed work's first goal (docs/performance.md, "Where the speed goals
+//! stand"), measured so that the machine's changing speed moves both sides alike.
+//!
+//! `cargo bench -p ostm-protocol --bench step` times each case for seconds on end, one after
+//! the other; on a shared machine one case can run while the core is fast and the next while
+//! it is slow, which moves a single run's ratio by 20 % and more. Here each round times
+//! `CALLS` calls of step + hash, then `CALLS` of xxhash-rust's XXH3 (the aim's baseline),
+//! then `CALLS` of twox-hash's (the one the world hash uses), and the figures are the
+//! tenth percentile over the rounds of the time per call of each, and the median of the
+//! rounds' own ratios.
+//!
+//! `cargo run --release -p ostm-protocol --example step_ratio -- [ROUNDS]` (default 10 000
+//! rounds of 200 calls each, about a second a world; `--json` prints one JSON object per
+//! line, snake_case keys).
+//! Exit 0, or 2 on a bad argument.
+
+use ostm_protocol::world::Dims;
+use ostm_protocol::World;
+use std::hint::black_box;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[path = "../benches/support/mod.rs"]
+mod support;
+
+/// Calls per timed slice.
+const CALLS: u32 = 200;
+
+fn main() -> ExitCode {
+    let mut rounds = 10_000u32;
+    let mut json = false;
+    for a in std::env::args().skip(1) {
+        match (a.as_str(), a.parse::<u32>()) {
+            ("--json", _) => json = true,
+            (_, Ok(n @ 1..)) => rounds = n,
+            _ => {
+                eprintln!(
+                    "step_ratio: expected ROUNDS (a whole number, at least 1) or --json, found {a:?}"
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
+    // A reader that has gone (`| head`) ends the run quietly.
+    let mut out = std::io::stdout().lock();
+    if !json {
+        let header = "world | xxhash-rust ns | twox-hash ns | step + hash ns \
+            | ÷ xxhash-rust (p10s) | ÷ xxhash-rust (median of rounds) | ÷ twox-hash (p10s)\n\
+            ---|---|---|---|---|---|---";
+        if writeln!(out, "{header}").is_err() {
+            return ExitCode::SUCCESS;
+        }
+    }
+    for (dims, bodies) in [
+        (Dims::Three, 64u8),
+        (Dims::Three, 24),
+        (Dims::Two, 64),
+        (Dims::Two, 24),
+    ] {
+        let r = measure(dims, bodies, rounds);
+        let name = format!("{}D {bodies}", dims.axes());
+        let (x, m, t) = (
+            r.step_hash / r.xxhash_rust,
+            r.median_ratio,
+            r.step_hash / r.twox,
+        );
+        let line = if json {
+            format!(
+                "{{\"world\":\"{name}\",\"rounds\":{rounds},\"calls\":{CALLS},\
+                 \"xxhash_rust_ns\":{:.1},\"twox_hash_ns\":{:.1},\"step_hash_ns\":{:.1},\
+                 \"ratio_xxhash_rust\":{x:.3},\"median_round_ratio_xxhash_rust\":{m:.3},\
+                 \"ratio_twox_hash\":{t:.3}}}",
+                r.xxhash_rust, r.twox, r.step_hash
+            )
+        } else {
+            format!(
+                "{name} | {:.1} | {:.1} | {:.1} | {x:.2} | {m:.2} | {t:.2}",
+                r.xxhash_rust, r.twox, r.step_hash
+            )
+        };
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            return ExitCode::SUCCESS;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Tenth-percentile ns per call of each case, and the median of the rounds' ratios of step +
+/// hash to xxhash-rust.
+struct Figures {
+    xxhash_rust: f64,
+    twox: f64,
+    step_hash: f64,
+    median_ratio: f64,
+}
+
+fn measure(dims: Dims, bodies: u8, rounds: u32) -> Figures {
+    // The bench's worlds (`benches/support`).
+    let fresh = support::world(dims, bodies);
+    let mut phases = support::Phases::new(&fresh);
+    let buf: Vec<u8> = (0..fresh.snapshot_len()).map(|i| (i * 31) as u8).collect();
+    let per_call = |t: Instant| t.elapsed().as_nanos() as f64 / f64::from(CALLS);
+    let (mut sh, mut xr, mut tw, mut ratio) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            let w: &mut World = phases.world();
+            w.step(black_box(&[]));
+            black_box(w.hash());
+        }
+        sh.push(per_call(t));
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            black_box(xxhash_rust::xxh3::xxh3_64(black_box(&buf)));
+        }
+        xr.push(per_call(t));
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            black_box(twox_hash::XxHash3_64::oneshot(black_box(&buf)));
+        }
+        tw.push(per_call(t));
+        let (s, x) = (sh[sh.len() - 1], xr[xr.len() - 1]);
+        ratio.push(s / x);
+    }
+    Figures {
+        xxhash_rust: quantile(&mut xr, 0.1),
+        twox: quantile(&mut tw, 0.1),
+        step_hash: quantile(&mut sh, 0.1),
+        median_ratio: quantile(&mut ratio, 0.5),
+    }
+}
+
+/// The `q` quantile of `v` (sorted in place), the element at index `floor(q * len)`.
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 * q) as usize).min(v.len() - 1)]
+}
