@@ -1,9 +1,10 @@
 //! One step plus the world hash, beside its baselines measured in the same run: XXH3-64 of
 //! a buffer the size of the world's snapshot by two implementations (xxhash-rust, SSE2
 //! chosen at compile time; twox-hash, AVX2 or SSE2 chosen at run time, which the world
-//! hash uses), the world hash alone (snapshot bytes + XXH3), the step alone, step + hash
-//! with the vector kernel and with the scalar pass. Four worlds: 64 and 24 bodies, 3D and
-//! 2D. Then `Replay::verify` on `testdata/test-10000.ostm`.
+//! hash uses where the CPU has no AVX-512F), the world hash alone (snapshot bytes + XXH3),
+//! the step alone, step + hash with the fastest kernel (what `World::step` runs) and with
+//! each other kernel this CPU has (down to the scalar pass). Four worlds: 64 and 24
+//! bodies, 3D and 2D. Then `Replay::verify` on `testdata/test-10000.ostm`.
 //!
 //! The machine is shared with other work, which takes the core away now and then: each of
 //! criterion's samples is therefore timed by its fastest slice of at most 256 iterations,
@@ -13,7 +14,7 @@
 //! Run: `cargo bench -p ostm-protocol --bench step`. Results go in `docs/performance.md`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ostm_protocol::world::Dims;
+use ostm_protocol::world::{Dims, Kernel};
 use ostm_protocol::{Replay, World};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -104,10 +105,21 @@ fn step(c: &mut Criterion) {
             w.step(black_box(&[]));
             black_box(w.hash());
         });
-        bench_steps(&mut g, &fresh, "step + hash, scalar step", |w| {
-            w.step_scalar(black_box(&[]));
-            black_box(w.hash());
-        });
+        // The kernels `step` does not use, slowest last (the scalar pass on every CPU).
+        for k in Kernel::ALL {
+            if k == Kernel::best() || !k.available() {
+                continue;
+            }
+            bench_steps(
+                &mut g,
+                &fresh,
+                &format!("step + hash, {} kernel", k.name()),
+                |w| {
+                    w.step_with(k, black_box(&[]));
+                    black_box(w.hash());
+                },
+            );
+        }
         g.finish();
     }
 }

@@ -8,14 +8,16 @@
 //! `CALLS` calls of step + hash, then `CALLS` of xxhash-rust's XXH3 (the aim's baseline),
 //! then `CALLS` of twox-hash's (the one the world hash uses), and the figures are the
 //! tenth percentile over the rounds of the time per call of each, and the median of the
-//! rounds' own ratios.
+//! rounds' own ratios. Step + hash is timed with every kernel this CPU has
+//! (`World::step_with`; `World::step` uses the first row's), each on its own copy of the
+//! worlds, in turn within each round.
 //!
 //! `cargo run --release -p ostm-protocol --example step_ratio -- [ROUNDS]` (default 10 000
 //! rounds of 200 calls each, about a second a world; `--json` prints one JSON object per
 //! line, snake_case keys).
 //! Exit 0, or 2 on a bad argument.
 
-use ostm_protocol::world::Dims;
+use ostm_protocol::world::{Dims, Kernel};
 use ostm_protocol::World;
 use std::hint::black_box;
 use std::io::Write;
@@ -46,71 +48,88 @@ fn main() -> ExitCode {
     // A reader that has gone (`| head`) ends the run quietly.
     let mut out = std::io::stdout().lock();
     if !json {
-        let header = "world | xxhash-rust ns | twox-hash ns | step + hash ns \
+        let header = "world | kernel | xxhash-rust ns | twox-hash ns | step + hash ns \
             | ÷ xxhash-rust (p10s) | ÷ xxhash-rust (median of rounds) | ÷ twox-hash (p10s)\n\
-            ---|---|---|---|---|---|---";
+            ---|---|---|---|---|---|---|---";
         if writeln!(out, "{header}").is_err() {
             return ExitCode::SUCCESS;
         }
     }
+    let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
     for (dims, bodies) in [
         (Dims::Three, 64u8),
         (Dims::Three, 24),
         (Dims::Two, 64),
         (Dims::Two, 24),
     ] {
-        let r = measure(dims, bodies, rounds);
+        let r = measure(dims, bodies, rounds, &kernels);
         let name = format!("{}D {bodies}", dims.axes());
-        let (x, m, t) = (
-            r.step_hash / r.xxhash_rust,
-            r.median_ratio,
-            r.step_hash / r.twox,
-        );
-        let line = if json {
-            format!(
-                "{{\"world\":\"{name}\",\"rounds\":{rounds},\"calls\":{CALLS},\
-                 \"xxhash_rust_ns\":{:.1},\"twox_hash_ns\":{:.1},\"step_hash_ns\":{:.1},\
-                 \"ratio_xxhash_rust\":{x:.3},\"median_round_ratio_xxhash_rust\":{m:.3},\
-                 \"ratio_twox_hash\":{t:.3}}}",
-                r.xxhash_rust, r.twox, r.step_hash
-            )
-        } else {
-            format!(
-                "{name} | {:.1} | {:.1} | {:.1} | {x:.2} | {m:.2} | {t:.2}",
-                r.xxhash_rust, r.twox, r.step_hash
-            )
-        };
-        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
-            return ExitCode::SUCCESS;
+        for k in &r.kernels {
+            let (x, m, t) = (
+                k.step_hash / r.xxhash_rust,
+                k.median_ratio,
+                k.step_hash / r.twox,
+            );
+            let kernel = k.kernel.name();
+            let line = if json {
+                format!(
+                    "{{\"world\":\"{name}\",\"kernel\":\"{kernel}\",\"rounds\":{rounds},\
+                     \"calls\":{CALLS},\"xxhash_rust_ns\":{:.1},\"twox_hash_ns\":{:.1},\
+                     \"step_hash_ns\":{:.1},\"ratio_xxhash_rust\":{x:.3},\
+                     \"median_round_ratio_xxhash_rust\":{m:.3},\"ratio_twox_hash\":{t:.3}}}",
+                    r.xxhash_rust, r.twox, k.step_hash
+                )
+            } else {
+                format!(
+                    "{name} | {kernel} | {:.1} | {:.1} | {:.1} | {x:.2} | {m:.2} | {t:.2}",
+                    r.xxhash_rust, r.twox, k.step_hash
+                )
+            };
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                return ExitCode::SUCCESS;
+            }
         }
     }
     ExitCode::SUCCESS
 }
 
-/// Tenth-percentile ns per call of each case, and the median of the rounds' ratios of step +
-/// hash to xxhash-rust.
+/// Tenth-percentile ns per call of each baseline, and of step + hash with each kernel.
 struct Figures {
     xxhash_rust: f64,
     twox: f64,
+    kernels: Vec<KernelFigures>,
+}
+
+/// Step + hash with one kernel: its tenth-percentile ns per call, and the median of the
+/// rounds' ratios of it to xxhash-rust.
+struct KernelFigures {
+    kernel: Kernel,
     step_hash: f64,
     median_ratio: f64,
 }
 
-fn measure(dims: Dims, bodies: u8, rounds: u32) -> Figures {
-    // The bench's worlds (`benches/support`).
+fn measure(dims: Dims, bodies: u8, rounds: u32, kernels: &[Kernel]) -> Figures {
+    // The bench's worlds (`benches/support`), one set for each kernel.
     let fresh = support::world(dims, bodies);
-    let mut phases = support::Phases::new(&fresh);
+    let mut phases: Vec<support::Phases> = kernels
+        .iter()
+        .map(|_| support::Phases::new(&fresh))
+        .collect();
     let buf: Vec<u8> = (0..fresh.snapshot_len()).map(|i| (i * 31) as u8).collect();
     let per_call = |t: Instant| t.elapsed().as_nanos() as f64 / f64::from(CALLS);
-    let (mut sh, mut xr, mut tw, mut ratio) = (vec![], vec![], vec![], vec![]);
+    let (mut xr, mut tw) = (vec![], vec![]);
+    let mut sh: Vec<Vec<f64>> = kernels.iter().map(|_| vec![]).collect();
+    let mut ratio: Vec<Vec<f64>> = kernels.iter().map(|_| vec![]).collect();
     for _ in 0..rounds {
-        let t = Instant::now();
-        for _ in 0..CALLS {
-            let w: &mut World = phases.world();
-            w.step(black_box(&[]));
-            black_box(w.hash());
+        for (i, &k) in kernels.iter().enumerate() {
+            let t = Instant::now();
+            for _ in 0..CALLS {
+                let w: &mut World = phases[i].world();
+                w.step_with(k, black_box(&[]));
+                black_box(w.hash());
+            }
+            sh[i].push(per_call(t));
         }
-        sh.push(per_call(t));
         let t = Instant::now();
         for _ in 0..CALLS {
             black_box(xxhash_rust::xxh3::xxh3_64(black_box(&buf)));
@@ -121,14 +140,23 @@ fn measure(dims: Dims, bodies: u8, rounds: u32) -> Figures {
             black_box(twox_hash::XxHash3_64::oneshot(black_box(&buf)));
         }
         tw.push(per_call(t));
-        let (s, x) = (sh[sh.len() - 1], xr[xr.len() - 1]);
-        ratio.push(s / x);
+        let x = xr[xr.len() - 1];
+        for (r, s) in ratio.iter_mut().zip(&sh) {
+            r.push(s[s.len() - 1] / x);
+        }
     }
     Figures {
         xxhash_rust: quantile(&mut xr, 0.1),
         twox: quantile(&mut tw, 0.1),
-        step_hash: quantile(&mut sh, 0.1),
-        median_ratio: quantile(&mut ratio, 0.5),
+        kernels: kernels
+            .iter()
+            .zip(sh.iter_mut().zip(ratio.iter_mut()))
+            .map(|(&kernel, (s, r))| KernelFigures {
+                kernel,
+                step_hash: quantile(s, 0.1),
+                median_ratio: quantile(r, 0.5),
+            })
+            .collect(),
     }
 }
 

@@ -11,8 +11,11 @@ use zerocopy::{Immutable, IntoBytes};
 
 mod bodies;
 mod simd;
+mod xxh3;
 
 pub use bodies::Bodies;
+pub use simd::Kernel;
+pub use xxh3::xxh3_64;
 
 /// The box's side in millimetres; every axis runs from 0 to `BOX_MM` inclusive.
 pub const BOX_MM: i32 = 10_000;
@@ -256,26 +259,34 @@ impl World {
 
     /// Runs one whole step.
     ///
-    /// Stages 2 to 4 act on each body alone, so they are run body by body in one pass, eight
-    /// bodies at a time in 256-bit vectors where the CPU has AVX2 (checked at run time);
-    /// the result is the same as [`World::run_stage`] over [`Stage::ALL`] and as
-    /// [`World::step_scalar`] (tests hold all three equal).
+    /// Stages 2 to 4 act on each body alone, so they are run body by body in one pass, with
+    /// the fastest vector kernel this CPU has ([`Kernel::best`], checked at run time); the
+    /// result is the same as [`World::run_stage`] over [`Stage::ALL`] and as
+    /// [`World::step_scalar`] (tests hold them all equal).
     pub fn step(&mut self, ops: &[Op]) {
-        self.apply_input(ops);
-        let (g, dims) = (self.gravity, self.dims());
-        if !simd::step_bodies(&mut self.bodies, g, dims) {
-            step_bodies_scalar(&mut self.bodies, g, dims);
-        }
-        self.finish_step();
+        self.step_with(Kernel::best(), ops);
     }
 
-    /// [`World::step`] without the vector kernel: the body-by-body pass that CPUs without
-    /// AVX2 run, and the reference the kernel is tested against.
+    /// [`World::step`] without a vector kernel: the body-by-body pass that CPUs without
+    /// AVX2 run, and the reference the kernels are tested against.
     pub fn step_scalar(&mut self, ops: &[Op]) {
+        self.step_with(Kernel::Scalar, ops);
+    }
+
+    /// [`World::step`] with stages 2 to 4 run by `kernel`, or by the body-by-body pass
+    /// where this CPU cannot run it. Every kernel gives the same world.
+    pub fn step_with(&mut self, kernel: Kernel, ops: &[Op]) {
         self.apply_input(ops);
         let (g, dims) = (self.gravity, self.dims());
-        step_bodies_scalar(&mut self.bodies, g, dims);
-        self.finish_step();
+        // The header of the step's snapshot (its step and gravity, which stages 2 to 4 and
+        // the link transfer do not change) is written before the bodies: the world hash
+        // that mostly follows a step reads the header first, and a read of memory just
+        // written waits for every store before it (docs/performance.md, "The header
+        // before the bodies").
+        self.bodies.set_header(self.step.wrapping_add(1), g);
+        simd::step_bodies(kernel, &mut self.bodies, g, dims);
+        self.link_transfer();
+        self.step = self.step.wrapping_add(1);
     }
 
     /// Runs one stage.
@@ -366,6 +377,13 @@ impl World {
 
     /// The end of bookkeeping: the link transfer, then the step counter.
     fn finish_step(&mut self) {
+        self.link_transfer();
+        self.step = self.step.wrapping_add(1);
+        self.bodies.set_header(self.step, self.gravity);
+    }
+
+    /// The link transfer, at the end of the step the link names.
+    fn link_transfer(&mut self) {
         if let Some(l) = self.link {
             if self.step == l.transfer_step as u64 {
                 let center = if self.dims() == Dims::Three {
@@ -382,8 +400,6 @@ impl World {
                 }
             }
         }
-        self.step = self.step.wrapping_add(1);
-        self.bodies.set_header(self.step, self.gravity);
     }
 
     /// Live bodies.
@@ -494,20 +510,6 @@ fn put_bodies(bodies: &[Body], out: &mut [u8]) {
         for (o, b) in out.chunks_exact_mut(BODY_BYTES).zip(bodies) {
             o.copy_from_slice(&b.to_bytes());
         }
-    }
-}
-
-/// XXH3-64 with seed 0 (xxHash 0.8's `xxh3_64`): the function of the world hash. The
-/// implementation picks AVX2 or SSE2 at run time; the value is the same on every CPU.
-pub fn xxh3_64(bytes: &[u8]) -> u64 {
-    twox_hash::XxHash3_64::oneshot(bytes)
-}
-
-/// Stages 2 to 4 for every live body, one body after another.
-fn step_bodies_scalar(bodies: &mut [Body], g: i32, dims: Dims) {
-    match dims {
-        Dims::Two => step_bodies::<2>(bodies, g),
-        Dims::Three => step_bodies::<3>(bodies, g),
     }
 }
 

@@ -1,11 +1,13 @@
-//! `World::step`'s vector kernel (stages 2 to 4 eight bodies at a time with AVX2,
-//! `protocol/src/world/simd.rs`) against the reference: `World::step_scalar`, the body by
-//! body pass, and the four stages run one after another (`World::run_stage`). All three must
-//! give the same world after every step of random worlds whose fields take the values where
-//! the kernel decides something: at and next to the walls, the settle speed (|v| 10 and 11),
-//! the edge of the kernel's 32-bit range (|v| and |g| 10 000 and 10 001, positions just
-//! outside the box), the still count's saturation, any i32 (hostile snapshots), dead slots
-//! holding fields, a 2D world's z, and every body count 1..=64 (chunks of 8 and the rest).
+//! `World::step`'s vector kernels (stages 2 to 4 sixteen bodies at a time, with AVX-512 in
+//! 32-bit lanes or with AVX2 in 16-bit lanes, `protocol/src/world/simd/`) against the
+//! reference: `World::step_scalar`, the body by body pass, and the four stages run one after
+//! another (`World::run_stage`). Every kernel this CPU has (`Kernel::available`, run through
+//! `World::step_with`) must give the same world as both after every step of random worlds
+//! whose fields take the values where a kernel decides something: at and next to the walls,
+//! the settle speed (|v| 10 and 11), the edge of the kernels' tame range (|v| and |g| 10 000
+//! and 10 001, positions just outside the box), the still count's saturation, any i32
+//! (hostile snapshots), dead slots holding fields, a 2D world's z, and every body count
+//! 1..=64 (chunks of 16, 8 and the rest).
 //!
 //! After every step the world hash, which reads the snapshot where it lies in memory (the
 //! header kept right before the bodies, `protocol/src/world/bodies.rs`), must equal
@@ -14,11 +16,12 @@
 //! so both the in-place path and the path that puts the bytes together are held to it.
 //!
 //! On a CPU without AVX2 `step` is `step_scalar` and the first test only compares it with
-//! the stages. The second test shows that the random worlds reach each of those cases many
+//! the stages; a CPU without AVX-512F tests the AVX2 kernel only (the tests print which
+//! kernels ran). The second test shows that the random worlds reach each of those cases many
 //! times, so that a kernel wrong in any one of them would fail the first.
 
 use ostm_protocol::op::Op;
-use ostm_protocol::world::{Body, Dims, Setup, Stage, World, BOX_MM};
+use ostm_protocol::world::{Body, Dims, Kernel, Setup, Stage, World, BOX_MM};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
@@ -164,11 +167,25 @@ fn world_and_steps() -> impl Strategy<Value = (World, Vec<Vec<Op>>)> {
         })
 }
 
-/// Runs every step three ways and requires the same world after each.
+/// The vector kernels this CPU has.
+fn vector_kernels() -> Vec<Kernel> {
+    Kernel::ALL
+        .into_iter()
+        .filter(|k| *k != Kernel::Scalar && k.available())
+        .collect()
+}
+
+/// Runs every step with each vector kernel, with `step`, with the scalar pass and stage by
+/// stage, and requires the same world after each.
 fn check(world: &World, steps: &[Vec<Op>]) -> Result<(), TestCaseError> {
-    let (mut kernel, mut scalar, mut staged) = (world.clone(), world.clone(), world.clone());
+    let kernels = vector_kernels();
+    let mut vector: Vec<World> = kernels.iter().map(|_| world.clone()).collect();
+    let (mut best, mut scalar, mut staged) = (world.clone(), world.clone(), world.clone());
     for (i, ops) in steps.iter().enumerate() {
-        kernel.step(ops);
+        for (w, k) in vector.iter_mut().zip(&kernels) {
+            w.step_with(*k, ops);
+        }
+        best.step(ops);
         scalar.step_scalar(ops);
         for stage in Stage::ALL {
             staged.run_stage(stage, ops);
@@ -179,9 +196,18 @@ fn check(world: &World, steps: &[Vec<Op>]) -> Result<(), TestCaseError> {
             "step_scalar and the stages part at step {}",
             i
         );
-        prop_assert_eq!(&kernel, &scalar, "step and step_scalar part at step {}", i);
+        prop_assert_eq!(&best, &scalar, "step and step_scalar part at step {}", i);
+        for (w, k) in vector.iter().zip(&kernels) {
+            prop_assert_eq!(
+                w,
+                &scalar,
+                "the {} kernel and step_scalar part at step {}",
+                k.name(),
+                i
+            );
+        }
         for (w, how) in [
-            (&kernel, "step"),
+            (&best, "step"),
             (&scalar, "step_scalar"),
             (&staged, "stages"),
         ] {
@@ -200,9 +226,10 @@ fn check(world: &World, steps: &[Vec<Op>]) -> Result<(), TestCaseError> {
 /// Every tame velocity, -L..=L, through each arithmetic step of the move: a body on the
 /// floor with that velocity on x and z (floor friction, `trunc(7v / 8)`), and one that
 /// crosses a wall with it on every axis (the bounce, `trunc(-3v / 4)`, and the settle
-/// below |v| 11), under gravity 3 and 0, in 3D and 2D. The kernel computes these in 16-bit
-/// lanes by other formulas than the reference's (friction as `v - sign(v) ceil(|v| / 8)`),
-/// which could part from it at a single value; random worlds meet only some values.
+/// below |v| 11), under gravity 3 and 0, in 3D and 2D. The kernels compute these by other
+/// formulas than the reference's (friction as `v - sign(v) ceil(|v| / 8)` in 16-bit lanes,
+/// or from `7v` with a rounding term in 32-bit lanes), which could part from it at a single
+/// value; random worlds meet only some values.
 #[test]
 fn the_kernel_equals_the_scalar_pass_at_every_tame_velocity() {
     let l = BOX_MM;
@@ -221,16 +248,21 @@ fn the_kernel_equals_the_scalar_pass_at_every_tame_velocity() {
                     bodies: chunk.len() as u8,
                     seed: 0,
                 };
-                let mut kernel = World::new(setup, None);
-                kernel.bodies = chunk.into();
-                kernel.gravity = gravity;
-                let mut scalar = kernel.clone();
-                kernel.step(&[]);
+                let mut scalar = World::new(setup, None);
+                scalar.bodies = chunk.into();
+                scalar.gravity = gravity;
+                let kernels = vector_kernels();
+                let mut vector: Vec<World> = kernels.iter().map(|_| scalar.clone()).collect();
                 scalar.step_scalar(&[]);
-                assert_eq!(
-                    kernel, scalar,
-                    "{dims:?}, gravity {gravity}, bodies {chunk:?}"
-                );
+                for (w, k) in vector.iter_mut().zip(&kernels) {
+                    w.step_with(*k, &[]);
+                    assert_eq!(
+                        *w,
+                        scalar,
+                        "{} kernel, {dims:?}, gravity {gravity}, bodies {chunk:?}",
+                        k.name()
+                    );
+                }
                 worlds += 1;
             }
         }
@@ -323,10 +355,10 @@ struct Reached {
 
 #[test]
 fn the_random_worlds_reach_every_case_of_the_kernel() {
-    #[cfg(target_arch = "x86_64")]
+    let names: Vec<&str> = vector_kernels().iter().map(|k| k.name()).collect();
     eprintln!(
-        "AVX2 on this CPU: {} (without it step is step_scalar)",
-        std::is_x86_feature_detected!("avx2")
+        "vector kernels on this CPU: {names:?} (without any, step is step_scalar); step uses {}",
+        Kernel::best().name()
     );
     let l = BOX_MM;
     let tame = |p: i32, v: i32| (0..=l).contains(&p) && v.unsigned_abs() <= l as u32;
@@ -354,13 +386,14 @@ fn the_random_worlds_reach_every_case_of_the_kernel() {
                 vel[1] = vel[1].wrapping_sub(g);
                 !b.alive || (0..axes).all(|i| tame(b.pos[i], vel[i]))
             };
-            // Only chunks of 8 that the kernel works on (every live body in range) count.
-            for (cb, ca) in before.bodies.chunks(8).zip(w.bodies.chunks(8)) {
+            // Only chunks of 16 that both kernels work on (every live body in range: the AVX2
+            // kernel's chunks of 8 are then in range too) count.
+            for (cb, ca) in before.bodies.chunks(16).zip(w.bodies.chunks(16)) {
                 if !cb.iter().all(tame_body) {
                     r.untame_body += 1;
                     continue;
                 }
-                r.partial_chunk += (cb.len() < 8) as usize;
+                r.partial_chunk += (cb.len() < 16) as usize;
                 for (b, a) in cb.iter().zip(ca) {
                     if !b.alive {
                         r.dead_with_fields += (*b != Body::default()) as usize;
