@@ -15,9 +15,10 @@
 //! permutes (`vpermt2d`, any 16 of the 32 lanes of two vectors) turn the eight rows into
 //! eight vectors of one field each, lane i holding body i's, and three more turn them
 //! back: each stage swaps one bit of the row number with one bit of the lane number
-//! ([`Layout`]). That is 24 permutes each way, where the AVX2 kernel takes about 40
-//! shuffles for the same sixteen bodies and narrows them to 16 bits besides. Only the
-//! rows of live bodies are written, with masked stores: a dead slot keeps every byte.
+//! ([`Layout`]). That is 24 permutes each way, where the AVX2 kernel's transposes,
+//! narrowing to 16 bits and widening back take about 80 shuffles of 256-bit vectors for the
+//! same sixteen bodies. Only the rows of live bodies are written, with masked stores: a
+//! dead slot keeps every byte.
 
 use super::super::{step_bodies as reference, Body, BOX_MM};
 use std::arch::x86_64::*;
