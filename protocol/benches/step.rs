@@ -116,7 +116,7 @@ fn step(c: &mut Criterion) {
                 &format!("step + hash, {} kernel", k.name()),
                 |w| {
                     w.step_with(k, black_box(&[]));
-                    black_box(w.hash());
+                    black_box(w.hash_with(k));
                 },
             );
         }

@@ -9,7 +9,8 @@
 //! then `CALLS` of twox-hash's (the one the world hash uses), and the figures are the
 //! tenth percentile over the rounds of the time per call of each, and the median of the
 //! rounds' own ratios. Step + hash is timed with every kernel this CPU has
-//! (`World::step_with`; `World::step` uses the first row's), each on its own copy of the
+//! (`World::step_with` and `World::hash_with`, so that a row is what a CPU with only that
+//! kernel would run; `World::step` uses the first row's), each on its own copy of the
 //! worlds, in turn within each round.
 //!
 //! `cargo run --release -p ostm-protocol --example step_ratio -- [ROUNDS]` (default 10 000
@@ -126,7 +127,7 @@ fn measure(dims: Dims, bodies: u8, rounds: u32, kernels: &[Kernel]) -> Figures {
             for _ in 0..CALLS {
                 let w: &mut World = phases[i].world();
                 w.step_with(k, black_box(&[]));
-                black_box(w.hash());
+                black_box(w.hash_with(k));
             }
             sh[i].push(per_call(t));
         }

@@ -15,7 +15,7 @@ mod xxh3;
 
 pub use bodies::Bodies;
 pub use simd::Kernel;
-pub use xxh3::xxh3_64;
+pub use xxh3::{xxh3_64, xxh3_64_with};
 
 /// The box's side in millimetres; every axis runs from 0 to `BOX_MM` inclusive.
 pub const BOX_MM: i32 = 10_000;
@@ -431,11 +431,16 @@ impl World {
 
     /// The world hash: XXH3-64 (seed 0) of the canonical snapshot bytes.
     pub fn hash(&self) -> u64 {
+        self.hash_with(Kernel::best())
+    }
+
+    /// [`World::hash`] with the vectors of `kernel` (see [`xxh3_64_with`]): the same value.
+    pub fn hash_with(&self, kernel: Kernel) -> u64 {
         // Where the world was last stepped or built, the bodies' memory has the snapshot
         // header right before it: the snapshot is hashed where it lies.
         match self.bodies.snapshot_in_place(self.step, self.gravity) {
-            Some(snapshot) => xxh3_64(snapshot),
-            None => xxh3_64(&self.snapshot()),
+            Some(snapshot) => xxh3_64_with(kernel, snapshot),
+            None => xxh3_64_with(kernel, &self.snapshot()),
         }
     }
 
