@@ -62,7 +62,7 @@ const fn secret_word(at: usize) -> u64 {
     v
 }
 
-/// The eight accumulators in vector registers, and the two operations on them.
+/// The eight accumulators in vector registers, and what the loop does with them.
 pub(super) trait Lanes: Copy {
     /// The accumulators' starting values.
     ///
