@@ -5,17 +5,22 @@
 //! `cargo bench -p ostm-protocol --bench step` times each case for seconds on end, one after
 //! the other; on a shared machine one case can run while the core is fast and the next while
 //! it is slow, which moves a single run's ratio by 20 % and more. Here each round times
-//! `CALLS` calls of step + hash, then `CALLS` of xxhash-rust's XXH3 (the aim's baseline),
-//! then `CALLS` of twox-hash's (the one the world hash uses), and the figures are the
-//! tenth percentile over the rounds of the time per call of each, and the median of the
-//! rounds' own ratios. Step + hash is timed with every kernel this CPU has
-//! (`World::step_with` and `World::hash_with`, so that a row is what a CPU with only that
-//! kernel would run; `World::step` uses the first row's), each on its own copy of the
-//! worlds, in turn within each round.
+//! each case (step + hash, xxhash-rust's XXH3, the aim's baseline, and twox-hash's) is timed
+//! in slices of `CALLS` calls, `TURN` slices of a case in a row, the cases in turn, and the
+//! figures are the tenth percentile over all slices of the time per call of each, and the
+//! median over the turns of the ratio of their tenth percentiles. Step + hash is timed with
+//! every kernel this CPU has (`World::step_with` and `World::hash_with`, so that a row is
+//! what a CPU with only that kernel would run; `World::step` uses the first row's), each on
+//! its own copy of the worlds.
 //!
-//! `cargo run --release -p ostm-protocol --example step_ratio -- [ROUNDS]` (default 10 000
-//! rounds of 200 calls each, about a second a world; `--json` prints one JSON object per
-//! line, snake_case keys).
+//! A case runs `TURN` slices in a row, not one, because code that ran just before can
+//! slow it: timed a slice each in turn with step + hash on 512-bit vectors, xxhash-rust's
+//! XXH3 took 82 to 85 ns where it takes 76 on its own, and the ratio came out 0.1 too low
+//! (docs/performance.md, "Sixteen bodies in 32-bit lanes, and XXH3, on AVX-512").
+//!
+//! `cargo run --release -p ostm-protocol --example step_ratio -- [SLICES]` (default 10 000
+//! slices of 200 calls of each case, ten turns, a few seconds a world; `--json` prints one
+//! JSON object per line, snake_case keys).
 //! Exit 0, or 2 on a bad argument.
 
 use ostm_protocol::world::{Dims, Kernel};
@@ -30,9 +35,12 @@ mod support;
 
 /// Calls per timed slice.
 const CALLS: u32 = 200;
+/// Slices of one case in a row (a turn): about 3 to 60 ms, long past the time a core takes
+/// to leave the state that 512-bit code puts it in.
+const TURN: u32 = 1_000;
 
 fn main() -> ExitCode {
-    let mut rounds = 10_000u32;
+    let mut rounds = 10_000u32; // slices of each case
     let mut json = false;
     for a in std::env::args().skip(1) {
         match (a.as_str(), a.parse::<u32>()) {
@@ -40,7 +48,7 @@ fn main() -> ExitCode {
             (_, Ok(n @ 1..)) => rounds = n,
             _ => {
                 eprintln!(
-                    "step_ratio: expected ROUNDS (a whole number, at least 1) or --json, found {a:?}"
+                    "step_ratio: expected SLICES (a whole number, at least 1) or --json, found {a:?}"
                 );
                 return ExitCode::from(2);
             }
@@ -50,7 +58,7 @@ fn main() -> ExitCode {
     let mut out = std::io::stdout().lock();
     if !json {
         let header = "world | kernel | xxhash-rust ns | twox-hash ns | step + hash ns \
-            | ÷ xxhash-rust (p10s) | ÷ xxhash-rust (median of rounds) | ÷ twox-hash (p10s)\n\
+            | ÷ xxhash-rust (p10s) | ÷ xxhash-rust (median of turns) | ÷ twox-hash (p10s)\n\
             ---|---|---|---|---|---|---|---";
         if writeln!(out, "{header}").is_err() {
             return ExitCode::SUCCESS;
@@ -74,10 +82,10 @@ fn main() -> ExitCode {
             let kernel = k.kernel.name();
             let line = if json {
                 format!(
-                    "{{\"world\":\"{name}\",\"kernel\":\"{kernel}\",\"rounds\":{rounds},\
+                    "{{\"world\":\"{name}\",\"kernel\":\"{kernel}\",\"slices\":{rounds},\
                      \"calls\":{CALLS},\"xxhash_rust_ns\":{:.1},\"twox_hash_ns\":{:.1},\
                      \"step_hash_ns\":{:.1},\"ratio_xxhash_rust\":{x:.3},\
-                     \"median_round_ratio_xxhash_rust\":{m:.3},\"ratio_twox_hash\":{t:.3}}}",
+                     \"median_turn_ratio_xxhash_rust\":{m:.3},\"ratio_twox_hash\":{t:.3}}}",
                     r.xxhash_rust, r.twox, k.step_hash
                 )
             } else {
@@ -102,7 +110,7 @@ struct Figures {
 }
 
 /// Step + hash with one kernel: its tenth-percentile ns per call, and the median of the
-/// rounds' ratios of it to xxhash-rust.
+/// turns' ratios of it to xxhash-rust.
 struct KernelFigures {
     kernel: Kernel,
     step_hash: f64,
@@ -118,32 +126,41 @@ fn measure(dims: Dims, bodies: u8, rounds: u32, kernels: &[Kernel]) -> Figures {
         .collect();
     let buf: Vec<u8> = (0..fresh.snapshot_len()).map(|i| (i * 31) as u8).collect();
     let per_call = |t: Instant| t.elapsed().as_nanos() as f64 / f64::from(CALLS);
+    // Each case's slices, all and in the current turn.
     let (mut xr, mut tw) = (vec![], vec![]);
     let mut sh: Vec<Vec<f64>> = kernels.iter().map(|_| vec![]).collect();
     let mut ratio: Vec<Vec<f64>> = kernels.iter().map(|_| vec![]).collect();
-    for _ in 0..rounds {
+    for turn in 0..rounds.div_ceil(TURN) {
+        let slices = TURN.min(rounds - turn * TURN) as usize;
+        let (at_x, at_s) = (xr.len(), sh[0].len());
         for (i, &k) in kernels.iter().enumerate() {
+            for _ in 0..slices {
+                let t = Instant::now();
+                for _ in 0..CALLS {
+                    let w: &mut World = phases[i].world();
+                    w.step_with(k, black_box(&[]));
+                    black_box(w.hash_with(k));
+                }
+                sh[i].push(per_call(t));
+            }
+        }
+        for _ in 0..slices {
             let t = Instant::now();
             for _ in 0..CALLS {
-                let w: &mut World = phases[i].world();
-                w.step_with(k, black_box(&[]));
-                black_box(w.hash_with(k));
+                black_box(xxhash_rust::xxh3::xxh3_64(black_box(&buf)));
             }
-            sh[i].push(per_call(t));
+            xr.push(per_call(t));
         }
-        let t = Instant::now();
-        for _ in 0..CALLS {
-            black_box(xxhash_rust::xxh3::xxh3_64(black_box(&buf)));
+        for _ in 0..slices {
+            let t = Instant::now();
+            for _ in 0..CALLS {
+                black_box(twox_hash::XxHash3_64::oneshot(black_box(&buf)));
+            }
+            tw.push(per_call(t));
         }
-        xr.push(per_call(t));
-        let t = Instant::now();
-        for _ in 0..CALLS {
-            black_box(twox_hash::XxHash3_64::oneshot(black_box(&buf)));
-        }
-        tw.push(per_call(t));
-        let x = xr[xr.len() - 1];
+        let x = quantile(&mut xr[at_x..].to_vec(), 0.1);
         for (r, s) in ratio.iter_mut().zip(&sh) {
-            r.push(s[s.len() - 1] / x);
+            r.push(quantile(&mut s[at_s..].to_vec(), 0.1) / x);
         }
     }
     Figures {
