@@ -50,6 +50,12 @@ fn attached_then_left(log: &str, addr: &str, level: &str, why: &str) -> (u64, u6
 
 /// Sends a hello and reads until the attach snapshot has come.
 fn attach_raw(addr: &str) -> TcpStream {
+    attach_raw_with_rest(addr).0
+}
+
+/// [`attach_raw`], with the bytes read past the attach snapshot: the start of what the
+/// host sent after it (a fast host's first records can come in the same read).
+fn attach_raw_with_rest(addr: &str) -> (TcpStream, BytesMut) {
     let mut s = raw(addr);
     s.write_all(&hello(1, 1, b"")).unwrap();
     let (mut src, mut dec, mut buf) = (BytesMut::new(), ViewerCodec::new("host"), [0u8; 4096]);
@@ -59,7 +65,7 @@ fn attach_raw(addr: &str) -> TcpStream {
         src.extend_from_slice(&buf[..n]);
         while let Some(m) = dec.decode(&mut src).expect("frames") {
             if matches!(m, ToViewer::Snapshot { .. }) {
-                return s;
+                return (s, src);
             }
         }
     }
@@ -129,7 +135,7 @@ fn the_host_logs_each_viewer_that_attaches_and_why_it_left() {
 #[test]
 fn a_resync_is_named_and_counted_in_the_leave_line() {
     let mut host = Host::start(RESYNCING_HOST);
-    let mut slow = attach_raw(&host.addr);
+    let (mut slow, rest) = attach_raw_with_rest(&host.addr);
     let addr = slow.local_addr().unwrap().to_string();
     let start = host.wait_status(|v| v["viewers"] == 1)["step"]
         .as_u64()
@@ -137,7 +143,8 @@ fn a_resync_is_named_and_counted_in_the_leave_line() {
     // It stops reading while the host runs on far past the queue, then reads until the
     // resync snapshot comes and closes.
     host.wait_status(|v| v["step"].as_u64().unwrap_or(0) >= start + 100_000);
-    let (mut src, mut dec, mut buf) = (BytesMut::new(), ViewerCodec::new("host"), vec![0u8; 65536]);
+    // The stream goes on from the bytes read past the attach snapshot.
+    let (mut src, mut dec, mut buf) = (rest, ViewerCodec::new("host"), vec![0u8; 65536]);
     'read: loop {
         let n = slow.read(&mut buf).expect("the host sends on");
         assert!(n > 0, "the host closed the slow viewer");
