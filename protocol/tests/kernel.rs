@@ -18,8 +18,9 @@
 //! On a CPU without AVX2 `step` is `step_scalar` and the first test only compares it with
 //! the stages; a CPU without AVX-512F tests the AVX2 kernel only (the tests print which
 //! kernels ran). valgrind's CPU has AVX2 and no AVX-512, so on any machine `valgrind
-//! target/release/deps/kernel-*` runs these tests as a CPU without AVX-512F would. The second test shows that the random worlds reach each of those cases many
-//! times, so that a kernel wrong in any one of them would fail the first.
+//! target/release/deps/kernel-*` runs these tests as a CPU without AVX-512F would. The
+//! second test shows that the random worlds reach each of those cases many times, so that
+//! a kernel wrong in any one of them would fail the first.
 
 use ostm_protocol::op::Op;
 use ostm_protocol::world::{Body, Dims, Kernel, Setup, Stage, World, BOX_MM};
