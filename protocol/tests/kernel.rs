@@ -302,6 +302,99 @@ fn the_world_hash_follows_fields_edited_by_hand() {
     }
 }
 
+/// The AVX-512 kernel keeps each chunk's fields from one step to the next (`Lanes` in
+/// `protocol/src/world/bodies.rs`) and reads them instead of the slots while nothing else
+/// has written the slots. Here every other way to write them comes between two kernel
+/// steps: each changes what the next steps compute, so a kernel that read lanes left stale
+/// by it would part from the scalar pass, which gets the same writes.
+#[test]
+fn every_write_to_the_slots_between_steps_reaches_the_kernel() {
+    type Edit = fn(&mut World);
+    let edits: [(&str, Edit); 13] = [
+        ("index", |w| w.bodies[5].vel[0] += 7),
+        ("get_mut", |w| {
+            if let Some(b) = w.bodies.get_mut(33) {
+                b.pos[1] = 9_000;
+            }
+        }),
+        ("iter_mut", |w| {
+            w.bodies.iter_mut().for_each(|b| b.vel[1] += 40)
+        }),
+        ("for over &mut", |w| {
+            for b in &mut w.bodies {
+                b.still = 0;
+                b.pos[0] = (b.pos[0] + 11).min(BOX_MM);
+            }
+        }),
+        ("a dead body", |w| w.bodies[2].alive = false),
+        ("a dead body back", |w| w.bodies[2].alive = true),
+        ("push", |w| {
+            w.bodies.push(Body::new(true, 0, [50, 60, 70], [-9, 9, 9]))
+        }),
+        ("pop", |w| {
+            w.bodies.pop();
+        }),
+        ("clear and push", |w| {
+            w.bodies.clear();
+            w.bodies.push(Body::new(true, 0, [50, 60, 70], [-9, 9, 9]));
+        }),
+        ("clone_from", |w| {
+            let mut other = w.clone();
+            other.bodies[0].vel = [1, 2, 3];
+            w.clone_from(&other);
+        }),
+        ("assigned", |w| {
+            w.bodies = vec![Body::new(true, 4, [5, 6, 7], [8, 9, 10]); 17].into()
+        }),
+        ("an op of stage 1", |w| {
+            w.apply_input(&[Op::Impulse {
+                body: 1,
+                d: [30, 30, 30],
+            }])
+        }),
+        ("an untame body", |w| w.bodies[0].vel[1] = -BOX_MM),
+    ];
+    for kernel in vector_kernels() {
+        for dims in [Dims::Three, Dims::Two] {
+            let setup = Setup {
+                dims,
+                bodies: 40,
+                seed: 11,
+            };
+            let mut scalar = World::new(setup, None);
+            let mut vector = scalar.clone();
+            let mut step = |vector: &mut World, scalar: &mut World, what: &str| {
+                for i in 0..3 {
+                    vector.step_with(kernel, &[]);
+                    scalar.step_scalar(&[]);
+                    assert_eq!(
+                        vector,
+                        scalar,
+                        "{} kernel, {dims:?}: step {i} after {what}",
+                        kernel.name()
+                    );
+                    assert_eq!(
+                        vector.hash(),
+                        xxhash_rust::xxh3::xxh3_64(&scalar.snapshot())
+                    );
+                }
+            };
+            step(&mut vector, &mut scalar, "the start");
+            for (what, edit) in edits {
+                edit(&mut vector);
+                edit(&mut scalar);
+                step(&mut vector, &mut scalar, what);
+                // And a step of each other kernel between two of this one's.
+                for other in Kernel::ALL.into_iter().filter(|k| *k != kernel) {
+                    vector.step_with(other, &[]);
+                    scalar.step_scalar(&[]);
+                    step(&mut vector, &mut scalar, other.name());
+                }
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 

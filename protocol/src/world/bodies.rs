@@ -1,5 +1,7 @@
 //! A world's body slots, stored behind one more slot that holds the snapshot header, so
-//! that the world hash reads the whole snapshot where it lies, without copying it.
+//! that the world hash reads the whole snapshot where it lies, without copying it; and,
+//! beside them, the vector kernel's copy of the bodies field by field, kept from one step
+//! to the next for as long as nothing else writes the slots.
 
 use super::{Body, BODY_BYTES, SNAPSHOT_HEADER_BYTES};
 use zerocopy::IntoBytes;
@@ -11,29 +13,55 @@ const HEADER_AT: usize = BODY_BYTES - SNAPSHOT_HEADER_BYTES;
 /// A world's body slots: a `Vec<Body>` to read and write (it dereferences to `[Body]`)
 /// whose memory also holds, right before the first body, the 12 snapshot header bytes of
 /// the last step that [`Bodies::set_header`] was told about. Two `Bodies` are equal when
-/// their body slots are; the header is not part of the value.
-#[derive(Eq)]
+/// their body slots are; the header and the kernel's lanes are not part of the value.
 pub struct Bodies {
     /// `slots[0]` holds the header in `vel` (step low word, step high word, gravity);
     /// `slots[1..]` are the bodies.
     slots: Vec<Body>,
+    /// The vector kernel's copy of the first [`LANE_CHUNKS`] chunks of sixteen bodies, in
+    /// its own layout (see `simd/avx512.rs`); made at the kernel's first step.
+    lanes: Option<Box<Lanes>>,
+    /// Bit i set: chunk i of `lanes` holds exactly what the slots of bodies 16 i ..
+    /// 16 i + 16 hold. Every write to the slots but the kernel's clears them all
+    /// ([`Bodies::with_lanes`] is the kernel's way in).
+    fresh: u8,
 }
+
+/// How many chunks of sixteen bodies [`Lanes`] holds: a world's most bodies, 64.
+pub(super) const LANE_CHUNKS: usize = super::MAX_BODIES / 16;
+
+/// The vector kernel's copy of up to 64 bodies: per chunk of sixteen bodies, eight
+/// vectors of sixteen 32-bit words, one vector per field (what the kernel's permutes make
+/// of the slots' rows, see `simd/avx512.rs`). 2 KiB, aligned for 512-bit loads.
+#[repr(C, align(64))]
+pub(super) struct Lanes(pub(super) [[[u32; 16]; 8]; LANE_CHUNKS]);
 
 impl Bodies {
     /// No body slots, room for `capacity`.
     pub fn with_capacity(capacity: usize) -> Bodies {
         let mut slots = Vec::with_capacity(capacity + 1);
         slots.push(Body::default());
-        Bodies { slots }
+        Bodies::of_slots(slots)
+    }
+
+    /// `slots` (the header's slot first), with no lanes yet.
+    fn of_slots(slots: Vec<Body>) -> Bodies {
+        Bodies {
+            slots,
+            lanes: None,
+            fresh: 0,
+        }
     }
 
     /// Appends a slot.
     pub fn push(&mut self, b: Body) {
+        self.fresh = 0;
         self.slots.push(b);
     }
 
     /// Removes and returns the last slot.
     pub fn pop(&mut self) -> Option<Body> {
+        self.fresh = 0;
         if self.slots.len() > 1 {
             self.slots.pop()
         } else {
@@ -43,7 +71,18 @@ impl Bodies {
 
     /// Removes every slot.
     pub fn clear(&mut self) {
+        self.fresh = 0;
         self.slots.truncate(1);
+    }
+
+    /// The bodies, the kernel's lanes (made here the first time, zeroed) and the bits that
+    /// say which of their chunks are fresh, for the vector kernel, which keeps the three
+    /// in step: unlike every other way to write the slots, this one forgets nothing.
+    pub(super) fn with_lanes(&mut self) -> (&mut [Body], &mut Lanes, &mut u8) {
+        let lanes = self
+            .lanes
+            .get_or_insert_with(|| Box::new(Lanes([[[0; 16]; 8]; LANE_CHUNKS])));
+        (&mut self.slots[1..], lanes, &mut self.fresh)
     }
 
     /// Writes the snapshot header of (`step`, `gravity`) right before the bodies.
@@ -70,13 +109,13 @@ fn header_words(step: u64, gravity: i32) -> [i32; 3] {
 
 impl Clone for Bodies {
     fn clone(&self) -> Bodies {
-        Bodies {
-            slots: self.slots.clone(),
-        }
+        Bodies::of_slots(self.slots.clone())
     }
 
-    /// Reuses `self`'s buffer (`#[derive(Clone)]` would allocate a new one).
+    /// Reuses `self`'s buffers (`#[derive(Clone)]` would allocate new ones); its lanes
+    /// are forgotten, not copied: the kernel fills them again at its next step.
     fn clone_from(&mut self, other: &Bodies) {
+        self.fresh = 0;
         self.slots.clone_from(&other.slots);
     }
 }
@@ -94,11 +133,15 @@ impl std::ops::Deref for Bodies {
     }
 }
 
+/// Every write through it makes the kernel's lanes stale: they are forgotten.
 impl std::ops::DerefMut for Bodies {
     fn deref_mut(&mut self) -> &mut [Body] {
+        self.fresh = 0;
         &mut self.slots[1..]
     }
 }
+
+impl Eq for Bodies {}
 
 impl PartialEq for Bodies {
     fn eq(&self, other: &Bodies) -> bool {

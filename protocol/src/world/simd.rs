@@ -11,7 +11,7 @@
 //! - `avx2.rs`: sixteen bodies in 16-bit lanes of 256-bit vectors, on CPUs with AVX2;
 //! - elsewhere the reference itself.
 
-use super::{step_bodies as reference, Body, Dims};
+use super::{step_bodies as reference, Bodies, Dims};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -67,15 +67,17 @@ impl Kernel {
 }
 
 /// Runs stages 2 to 4 on every live body with `kernel`, or with the reference where this
-/// CPU cannot run it (see [`Kernel::available`]).
-pub(super) fn step_bodies(kernel: Kernel, bodies: &mut [Body], g: i32, dims: Dims) {
+/// CPU cannot run it (see [`Kernel::available`]). The AVX-512 kernel keeps its own copy of
+/// the bodies field by field in `bodies` from one step to the next (see `avx512.rs`); the
+/// others write the slots through `DerefMut`, which makes that copy stale.
+pub(super) fn step_bodies(kernel: Kernel, bodies: &mut Bodies, g: i32, dims: Dims) {
     match dims {
         Dims::Two => run::<2>(kernel, bodies, g),
         Dims::Three => run::<3>(kernel, bodies, g),
     }
 }
 
-fn run<const AXES: usize>(kernel: Kernel, bodies: &mut [Body], g: i32) {
+fn run<const AXES: usize>(kernel: Kernel, bodies: &mut Bodies, g: i32) {
     match kernel {
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512 if kernel.available() => {

@@ -19,8 +19,17 @@
 //! narrowing to 16 bits and widening back take about 80 shuffles of 256-bit vectors for the
 //! same sixteen bodies. Only the rows of live bodies are written, with masked stores: a
 //! dead slot keeps every byte.
+//!
+//! The eight field vectors of each chunk are also kept from one step to the next, in the
+//! world's `Lanes` (`bodies.rs`): a chunk whose lanes are fresh (nothing but this kernel
+//! has written its slots since it stored them) is read from there, with no loads of rows
+//! and no permutes to fields, so that a step runs 24 permutes a chunk instead of 48. Every
+//! other write to the slots (an op of stage 1, a hand edit, another kernel, the reference
+//! taking an untame chunk) leaves the chunk stale, and it is read from its rows again. In
+//! the lanes a dead body keeps the fields its slot holds, as its slot does.
 
-use super::super::{step_bodies as reference, Body, BOX_MM};
+use super::super::bodies::LANE_CHUNKS;
+use super::super::{step_bodies as reference, Bodies, Body, BOX_MM};
 use std::arch::x86_64::*;
 
 /// Where each of the 7 bits of a value's place (lane bits 0..=3, then row bits 0..=2, at
@@ -89,46 +98,51 @@ static TO_ROWS: [(usize, Index, Index); 3] = [
 /// # Safety
 /// The CPU must have AVX-512F.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn run<const AXES: usize>(bodies: &mut [Body], g: i32) {
+pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
+    const { assert!(LANE_CHUNKS <= 8) };
+    let (bodies, lanes, fresh) = bodies.with_lanes();
     if g.unsigned_abs() > BOX_MM as u32 {
+        *fresh = 0;
         reference::<AXES>(bodies, g);
         return;
     }
-    for c in bodies.chunks_mut(16) {
+    let mut lanes = lanes.0.iter_mut();
+    for (i, c) in bodies.chunks_mut(16).enumerate() {
+        // A world holds at most 64 bodies; slots past them (built by hand) have no lanes.
+        let kept = lanes.next().map(|l| (l, *fresh & (1 << i) != 0));
+        let bit = if kept.is_some() { 1u8 << i } else { 0 };
         // SAFETY: the CPU has AVX-512F (this function's contract); `c` holds 1..=16 bodies.
-        if !unsafe { chunk::<AXES>(c, g) } {
+        if unsafe { chunk::<AXES>(c, kept, g) } {
+            *fresh |= bit;
+        } else {
+            *fresh &= !bit;
             reference::<AXES>(c, g);
         }
     }
 }
 
-/// One step's stages 2 to 4 for the bodies of `c`, at most sixteen. Returns false, having
-/// written nothing, when a live body among them is not tame (see the module's notes).
+/// One step's stages 2 to 4 for the bodies of `c`, at most sixteen, with the chunk's lanes
+/// where it has them (and whether they are fresh), which it leaves fresh. Returns false,
+/// having written nothing, when a live body among them is not tame (see the module's
+/// notes).
 ///
 /// # Safety
 /// The CPU must have AVX-512F; `c` must hold at most 16 bodies.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn chunk<const AXES: usize>(c: &mut [Body], g: i32) -> bool {
+unsafe fn chunk<const AXES: usize>(
+    c: &mut [Body],
+    kept: Option<(&mut [[u32; 16]; 8], bool)>,
+    g: i32,
+) -> bool {
     let n = c.len().min(16);
     let rows_at = c.as_mut_ptr().cast::<__m512i>();
-    // Row k is bodies 2k and 2k + 1; the slots past the last body are read as empty (dead)
-    // bodies, which are never written.
-    let mut rows = [_mm512_setzero_si512(); 8];
-    for (k, r) in rows.iter_mut().enumerate().take(n.div_ceil(2)) {
-        // SAFETY: body 2k is in `c` (k < n / 2 rounded up), so the row's address is in
-        // it; `c`'s bytes are initialised (`Body: IntoBytes`, no padding). Row k's 64
-        // bytes are in `c` when body 2k + 1 is, else its first 32 only, and the masked
-        // load reads only those.
-        *r = unsafe {
-            if 2 * k + 1 < n {
-                _mm512_loadu_si512(rows_at.add(k).cast())
-            } else {
-                _mm512_maskz_loadu_epi32(0x00FF, rows_at.add(k).cast())
-            }
-        };
-    }
-    let f = permute(rows, &TO_FIELDS);
+    let f = match &kept {
+        // SAFETY: each lane vector is 64 bytes aligned to 64 (`Lanes`).
+        Some((l, true)) => l.map(|v| unsafe { _mm512_load_si512(v.as_ptr().cast()) }),
+        // SAFETY: `rows_at` points to the `n` bodies of `c`; the CPU has AVX-512F.
+        _ => unsafe { from_rows(rows_at, n) },
+    };
     let one = _mm512_set1_epi32(1);
     let l = _mm512_set1_epi32(BOX_MM);
     let live = _mm512_cmpeq_epi32_mask(f[0], one);
@@ -173,7 +187,26 @@ unsafe fn chunk<const AXES: usize>(c: &mut [Body], g: i32) -> bool {
     let rest = _mm512_testn_epi32_mask(moving, moving);
     let below_max = _mm512_min_epu32(f[1], _mm512_set1_epi32(-2));
     let still = _mm512_maskz_add_epi32(rest, below_max, one);
-    let rows = permute([f[0], still, npx, npy, npz, nvx, nvy, nvz], &TO_ROWS);
+    let fields = [f[0], still, npx, npy, npz, nvx, nvy, nvz];
+    if let Some((l, was_fresh)) = kept {
+        // Dead lanes keep their fields as loaded: where the lanes were stale, all of them
+        // are stored first. The kernel changes `still`, `pos` and `vel` of live bodies
+        // (not z in 2D).
+        for (k, (out, v)) in l.iter_mut().zip(fields).enumerate() {
+            let at: *mut i32 = out.as_mut_ptr().cast();
+            let changed = k >= 1 && (AXES == 3 || (k != 4 && k != 7));
+            // SAFETY: each lane vector is 64 bytes aligned to 64 (`Lanes`).
+            unsafe {
+                if !was_fresh {
+                    _mm512_store_si512(at.cast(), f[k]);
+                }
+                if changed {
+                    _mm512_mask_store_epi32(at, live, v);
+                }
+            }
+        }
+    }
+    let rows = permute(fields, &TO_ROWS);
     if live == 0xFFFF {
         // Sixteen bodies, every one live (the common case): whole rows.
         for (k, r) in rows.into_iter().enumerate() {
@@ -194,6 +227,33 @@ unsafe fn chunk<const AXES: usize>(c: &mut [Body], g: i32) -> bool {
         }
     }
     true
+}
+
+/// The eight field vectors of the `n` bodies (1..=16) at `rows_at`, read from their rows.
+///
+/// # Safety
+/// The CPU must have AVX-512F; `rows_at` must point to `n` initialised bodies.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn from_rows(rows_at: *mut __m512i, n: usize) -> [__m512i; 8] {
+    // Row k is bodies 2k and 2k + 1; the slots past the last body are read as empty (dead)
+    // bodies, which are never written.
+    let mut rows = [_mm512_setzero_si512(); 8];
+    for (k, r) in rows.iter_mut().enumerate().take(n.div_ceil(2)) {
+        // SAFETY: body 2k is in `c` (k < n / 2 rounded up), so the row's address is in
+        // it; `c`'s bytes are initialised (`Body: IntoBytes`, no padding). Row k's 64
+        // bytes are in `c` when body 2k + 1 is, else its first 32 only, and the masked
+        // load reads only those.
+        *r = unsafe {
+            if 2 * k + 1 < n {
+                _mm512_loadu_si512(rows_at.add(k).cast())
+            } else {
+                _mm512_maskz_loadu_epi32(0x00FF, rows_at.add(k).cast())
+            }
+        };
+    }
+    // SAFETY: the CPU has AVX-512F.
+    unsafe { permute(rows, &TO_FIELDS) }
 }
 
 /// Three stages of permutes (see the module's notes), each swapping the row position it
