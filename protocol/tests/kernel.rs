@@ -363,7 +363,7 @@ fn every_write_to_the_slots_between_steps_reaches_the_kernel() {
             };
             let mut scalar = World::new(setup, None);
             let mut vector = scalar.clone();
-            let mut step = |vector: &mut World, scalar: &mut World, what: &str| {
+            let step = |vector: &mut World, scalar: &mut World, what: &str| {
                 for i in 0..3 {
                     vector.step_with(kernel, &[]);
                     scalar.step_scalar(&[]);
