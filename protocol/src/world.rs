@@ -310,7 +310,7 @@ impl World {
     }
 
     fn live_body(&mut self, index: u8) -> Option<&mut Body> {
-        self.bodies.get_mut(index as usize).filter(|b| b.alive)
+        self.bodies.body_mut(index as usize).filter(|b| b.alive)
     }
 
     /// Stage 1: applies the ops in order.
@@ -391,7 +391,7 @@ impl World {
                 } else {
                     [BOX_MM / 2, BOX_MM / 2, 0]
                 };
-                if let Some(b) = self.bodies.get_mut(l.body as usize) {
+                if let Some(b) = self.bodies.body_mut(l.body as usize) {
                     match l.role {
                         Role::Sender => *b = Body::default(),
                         Role::Receiver => *b = Body::new(true, 0, center, ARRIVAL_VELOCITY),

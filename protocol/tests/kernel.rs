@@ -310,7 +310,7 @@ fn the_world_hash_follows_fields_edited_by_hand() {
 #[test]
 fn every_write_to_the_slots_between_steps_reaches_the_kernel() {
     type Edit = fn(&mut World);
-    let edits: [(&str, Edit); 13] = [
+    let edits: [(&str, Edit); 17] = [
         ("index", |w| w.bodies[5].vel[0] += 7),
         ("get_mut", |w| {
             if let Some(b) = w.bodies.get_mut(33) {
@@ -352,6 +352,23 @@ fn every_write_to_the_slots_between_steps_reaches_the_kernel() {
                 d: [30, 30, 30],
             }])
         }),
+        ("body_mut", |w| {
+            if let Some(b) = w.bodies.body_mut(21) {
+                b.vel[2] = -33;
+            }
+        }),
+        ("an op on the third chunk's body", |w| {
+            w.apply_input(&[Op::Impulse {
+                body: 37,
+                d: [-20, 50, 20],
+            }])
+        }),
+        ("a spawn", |w| {
+            w.apply_input(&[Op::Spawn {
+                pos: [9_000, 100, 4_000],
+            }])
+        }),
+        ("a removal", |w| w.apply_input(&[Op::Remove { body: 17 }])),
         ("an untame body", |w| w.bodies[0].vel[1] = -BOX_MM),
     ];
     for kernel in vector_kernels() {

@@ -55,17 +55,32 @@ impl Bodies {
 
     /// Appends a slot.
     pub fn push(&mut self, b: Body) {
-        self.fresh = 0;
+        self.forget(self.len());
         self.slots.push(b);
     }
 
     /// Removes and returns the last slot.
     pub fn pop(&mut self) -> Option<Body> {
-        self.fresh = 0;
         if self.slots.len() > 1 {
+            self.forget(self.len() - 1);
             self.slots.pop()
         } else {
             None
+        }
+    }
+
+    /// Slot `i` to write, if there is one. Unlike `get_mut` through `DerefMut`, which
+    /// makes all of the kernel's lanes stale, this makes stale only those of the sixteen
+    /// bodies around slot `i` (stage 1's ops and the link transfer write one body each).
+    pub fn body_mut(&mut self, i: usize) -> Option<&mut Body> {
+        self.forget(i);
+        self.slots.get_mut(1..)?.get_mut(i)
+    }
+
+    /// Makes stale the lanes of the chunk of sixteen bodies that holds slot `i`.
+    fn forget(&mut self, i: usize) {
+        if let Some(bit) = 1u8.checked_shl((i / 16).try_into().unwrap_or(u32::MAX)) {
+            self.fresh &= !bit;
         }
     }
 

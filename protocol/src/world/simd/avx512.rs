@@ -145,7 +145,10 @@ unsafe fn chunk<const AXES: usize>(
     };
     let one = _mm512_set1_epi32(1);
     let l = _mm512_set1_epi32(BOX_MM);
-    let live = _mm512_cmpeq_epi32_mask(f[0], one);
+    // Live bodies among the `n` of `c` (the lanes past them are dead as read from rows, and
+    // the mask keeps any write of the kernel inside `c` whatever the lanes hold).
+    let present = (u32::MAX >> (32 - n)) as __mmask16;
+    let live = _mm512_mask_cmpeq_epi32_mask(present, f[0], one);
     let (px, py, pz, vx, vz) = (f[2], f[3], f[4], f[5], f[7]);
     let vy = _mm512_sub_epi32(f[6], _mm512_set1_epi32(g));
     let (avx, avy, avz) = (
