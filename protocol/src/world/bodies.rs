@@ -3,7 +3,7 @@
 //! beside them, the vector kernel's copy of the bodies field by field, kept from one step
 //! to the next for as long as nothing else writes the slots.
 
-use super::{Body, BODY_BYTES, SNAPSHOT_HEADER_BYTES};
+use super::{Body, Kernel, BODY_BYTES, SNAPSHOT_HEADER_BYTES};
 use zerocopy::IntoBytes;
 
 /// Where the header's 12 bytes sit in the slot before the bodies: its last 12 bytes, the
@@ -25,14 +25,16 @@ pub struct Bodies {
     /// 16 i + 16 hold. Every write to the slots but the kernel's clears them all
     /// ([`Bodies::with_lanes`] is the kernel's way in).
     fresh: u8,
+    /// The kernel whose layout `lanes` holds.
+    owner: Kernel,
 }
 
 /// How many chunks of sixteen bodies [`Lanes`] holds: a world's most bodies, 64.
 pub(super) const LANE_CHUNKS: usize = super::MAX_BODIES / 16;
 
-/// The vector kernel's copy of up to 64 bodies: per chunk of sixteen bodies, eight
-/// vectors of sixteen 32-bit words, one vector per field (what the kernel's permutes make
-/// of the slots' rows, see `simd/avx512.rs`). 2 KiB, aligned for 512-bit loads.
+/// The vector kernel's copy of up to 64 bodies: per chunk of sixteen bodies, 512 bytes
+/// in the kernel's own layout (the AVX-512 kernel's eight field vectors, the AVX2
+/// kernel's sixteen-bit lanes: see `simd/`). 2 KiB, aligned for 512-bit loads.
 #[repr(C, align(64))]
 pub(super) struct Lanes(pub(super) [[[u32; 16]; 8]; LANE_CHUNKS]);
 
@@ -50,6 +52,7 @@ impl Bodies {
             slots,
             lanes: None,
             fresh: 0,
+            owner: Kernel::Scalar,
         }
     }
 
@@ -90,10 +93,15 @@ impl Bodies {
         self.slots.truncate(1);
     }
 
-    /// The bodies, the kernel's lanes (made here the first time, zeroed) and the bits that
-    /// say which of their chunks are fresh, for the vector kernel, which keeps the three
-    /// in step: unlike every other way to write the slots, this one forgets nothing.
-    pub(super) fn with_lanes(&mut self) -> (&mut [Body], &mut Lanes, &mut u8) {
+    /// The bodies, the lanes (made here the first time, zeroed) and the bits that say
+    /// which of their chunks are fresh, for the vector kernel `kernel`, which keeps the
+    /// three in step: unlike every other way to write the slots, this one forgets
+    /// nothing, unless the lanes were another kernel's.
+    pub(super) fn with_lanes(&mut self, kernel: Kernel) -> (&mut [Body], &mut Lanes, &mut u8) {
+        if self.owner != kernel {
+            self.owner = kernel;
+            self.fresh = 0;
+        }
         let lanes = self
             .lanes
             .get_or_insert_with(|| Box::new(Lanes([[[0; 16]; 8]; LANE_CHUNKS])));

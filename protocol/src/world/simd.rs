@@ -67,9 +67,9 @@ impl Kernel {
 }
 
 /// Runs stages 2 to 4 on every live body with `kernel`, or with the reference where this
-/// CPU cannot run it (see [`Kernel::available`]). The AVX-512 kernel keeps its own copy of
-/// the bodies field by field in `bodies` from one step to the next (see `avx512.rs`); the
-/// others write the slots through `DerefMut`, which makes that copy stale.
+/// CPU cannot run it (see [`Kernel::available`]). The vector kernels keep their own copy of
+/// the bodies in `bodies` from one step to the next, each in its own layout (`Lanes` in
+/// `bodies.rs`); the reference writes the slots through `DerefMut`, which makes it stale.
 pub(super) fn step_bodies(kernel: Kernel, bodies: &mut Bodies, g: i32, dims: Dims) {
     match dims {
         Dims::Two => run::<2>(kernel, bodies, g),

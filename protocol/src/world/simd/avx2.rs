@@ -39,7 +39,8 @@
 //! read or write memory through a pointer, under the contract in their `# Safety`
 //! notes, which `chunk` meets.
 
-use super::super::{step_bodies as reference, Body, BOX_MM};
+use super::super::{step_bodies as reference, Bodies, Body, BOX_MM};
+use super::Kernel;
 use std::arch::x86_64::*;
 
 /// A vector constant in memory. The kernel loads its constants with [`konst`]: the
@@ -78,95 +79,237 @@ fn konst(k: &'static Konst) -> __m256i {
 /// # Safety
 /// The CPU must have AVX2.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn run<const AXES: usize>(bodies: &mut [Body], g: i32) {
+pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
+    let (bodies, lanes, fresh) = bodies.with_lanes(Kernel::Avx2);
     if g.unsigned_abs() > BOX_MM as u32 {
+        *fresh = 0;
         reference::<AXES>(bodies, g);
         return;
     }
     // |g| <= L < 2^15: exact as an i16.
     let gv = _mm256_set1_epi16(g as i16);
+    // Chunk i (bodies 16 i .. 16 i + 16, or its first eight) keeps its lanes in the i-th
+    // of `lanes`, while there are any (a world holds at most 64 bodies).
+    let mut lanes = lanes.0.iter_mut().enumerate();
+    let mut next_lanes = || {
+        lanes
+            .next()
+            .map(|(i, l)| (l, *fresh & (1 << i) != 0, 1u8 << i))
+    };
+    let mut fresh_now = *fresh;
     let mut pairs = bodies.chunks_exact_mut(16);
     for c in &mut pairs {
+        let kept = next_lanes();
+        let bit = kept.as_ref().map_or(0, |k| k.2);
         let (x, y) = c.split_at_mut(8);
         let done = match (<&mut [Body; 8]>::try_from(x), <&mut [Body; 8]>::try_from(y)) {
-            (Ok(x), Ok(y)) => chunk::<AXES>(x, Some(y), gv),
+            (Ok(x), Ok(y)) => chunk::<AXES>(x, Some(y), kept.map(|k| (k.0, k.1)), gv),
             _ => false, // never: the halves are of 8
         };
-        if !done {
+        if done {
+            fresh_now |= bit;
+        } else {
+            fresh_now &= !bit;
             reference::<AXES>(c, g);
         }
     }
     let mut rest = pairs.into_remainder();
     if rest.len() >= 8 {
+        let kept = next_lanes();
+        let bit = kept.as_ref().map_or(0, |k| k.2);
         let (x, after) = rest.split_at_mut(8);
         let done = match <&mut [Body; 8]>::try_from(&mut *x) {
-            Ok(x8) => chunk::<AXES>(x8, None, gv),
+            Ok(x8) => chunk::<AXES>(x8, None, kept.map(|k| (k.0, k.1)), gv),
             Err(_) => false, // never: the slice is of 8
         };
-        if !done {
+        if done {
+            fresh_now |= bit;
+        } else {
+            fresh_now &= !bit;
             reference::<AXES>(x, g);
         }
         rest = after;
     }
     if !rest.is_empty() {
-        // The last 1..=7 bodies, padded with empty (dead) slots, which stay as they are.
+        // The last 1..=7 bodies, padded with empty (dead) slots, which stay as they are;
+        // they keep no lanes (the chunk's bit, if any, is that of the eight before them).
         let mut pad = [Body::default(); 8];
         pad[..rest.len()].copy_from_slice(rest);
-        if chunk::<AXES>(&mut pad, None, gv) {
+        if chunk::<AXES>(&mut pad, None, None, gv) {
             rest.copy_from_slice(&pad[..rest.len()]);
         } else {
             reference::<AXES>(rest, g);
         }
     }
+    *fresh = fresh_now;
+}
+
+/// The fields of a chunk's sixteen bodies as the kernel computes with them (16-bit lanes
+/// in the order `chunk` gives, or 32-bit lanes of x's eight bodies and of y's), and as
+/// the world's `Lanes` keep them between steps: 15 of the chunk's 16 vectors there.
+#[derive(Clone, Copy)]
+struct Fields {
+    /// All ones in the 32-bit lanes of the live bodies: x's, y's.
+    live_xy: [__m256i; 2],
+    /// The same in 16-bit lanes.
+    live: __m256i,
+    /// Position and velocity on each axis (z unused in 2D), saturated to 16 bits; the
+    /// velocity before gravity.
+    pos: [__m256i; 3],
+    vel: [__m256i; 3],
+    /// Still counts: x's, y's.
+    still: [__m256i; 2],
+    /// Position z and velocity z in 32-bit lanes, x's then y's: a 2D world keeps them as
+    /// they are.
+    z: [[__m256i; 2]; 2],
+}
+
+impl Fields {
+    /// Read from the bodies' rows (`hx`, and `hy` or else `hx` again: see `chunk`).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `hx` and `hy` must each point at eight `Body`s.
+    #[inline(always)]
+    unsafe fn from_rows<const AXES: usize>(
+        hx: *const __m128i,
+        hy: Option<*const __m128i>,
+    ) -> Fields {
+        // SAFETY: eight `Body`s are 256 bytes aligned to 32 (`Body` is `repr(C,
+        // align(32))`), every byte initialised (`Body: IntoBytes`, no padding);
+        // `load_fields` reads exactly those bytes.
+        let fx = unsafe { load_fields(hx) };
+        let fy = match hy {
+            // SAFETY: as above.
+            Some(h) => unsafe { load_fields(h) },
+            None => fx,
+        };
+        let one = konst(&ONE);
+        let live_xy = [
+            _mm256_cmpeq_epi32(fx[0], one),
+            _mm256_cmpeq_epi32(fy[0], one),
+        ];
+        // The motion fields of the 16 bodies in 16-bit lanes, saturated: a value outside
+        // the i16 range becomes one outside the tame range, on the same side. Lanes 0..=3
+        // are x's bodies 0..=3, lanes 4..=7 y's 0..=3, lanes 8..=11 x's 4..=7, lanes
+        // 12..=15 y's 4..=7 (`widen` undoes this order).
+        // (No closure here: it would not inherit the caller's target features.)
+        let (pz, vz) = if AXES == 3 {
+            (
+                _mm256_packs_epi32(fx[4], fy[4]),
+                _mm256_packs_epi32(fx[7], fy[7]),
+            )
+        } else {
+            (_mm256_setzero_si256(), _mm256_setzero_si256()) // unused
+        };
+        Fields {
+            live_xy,
+            live: _mm256_packs_epi32(live_xy[0], live_xy[1]),
+            pos: [
+                _mm256_packs_epi32(fx[2], fy[2]),
+                _mm256_packs_epi32(fx[3], fy[3]),
+                pz,
+            ],
+            vel: [
+                _mm256_packs_epi32(fx[5], fy[5]),
+                _mm256_packs_epi32(fx[6], fy[6]),
+                vz,
+            ],
+            still: [fx[1], fy[1]],
+            z: [[fx[4], fx[7]], [fy[4], fy[7]]],
+        }
+    }
+
+    /// The 15 vectors in their order in the lanes.
+    #[inline(always)]
+    fn vectors(&self) -> [__m256i; 15] {
+        let [x, y] = self.z;
+        [
+            self.live_xy[0],
+            self.live_xy[1],
+            self.live,
+            self.pos[0],
+            self.pos[1],
+            self.pos[2],
+            self.vel[0],
+            self.vel[1],
+            self.vel[2],
+            self.still[0],
+            self.still[1],
+            x[0],
+            x[1],
+            y[0],
+            y[1],
+        ]
+    }
+
+    /// Read from a chunk's lanes.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `at` must point at 15 vectors aligned to 32.
+    #[inline(always)]
+    unsafe fn load(at: *const __m256i) -> Fields {
+        let mut v = [_mm256_setzero_si256(); 15];
+        for (k, v) in v.iter_mut().enumerate() {
+            // SAFETY: the caller's contract.
+            *v = unsafe { _mm256_load_si256(at.add(k)) };
+        }
+        Fields {
+            live_xy: [v[0], v[1]],
+            live: v[2],
+            pos: [v[3], v[4], v[5]],
+            vel: [v[6], v[7], v[8]],
+            still: [v[9], v[10]],
+            z: [[v[11], v[12]], [v[13], v[14]]],
+        }
+    }
+
+    /// Writes the vectors a step changes into a chunk's lanes; all of them where the
+    /// lanes were stale (`all`).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `at` must point at 15 writable vectors aligned to 32.
+    #[inline(always)]
+    unsafe fn store(&self, at: *mut __m256i, all: bool) {
+        let changed = if all { 0..15 } else { 3..11 };
+        for (k, v) in self.vectors().into_iter().enumerate() {
+            if changed.contains(&k) {
+                // SAFETY: the caller's contract.
+                unsafe { _mm256_store_si256(at.add(k), v) };
+            }
+        }
+    }
 }
 
 /// One step's stages 2 to 4 for the eight bodies of `x` and the eight of `y` (with
-/// `y` `None`, `x`'s lanes are computed twice and written once). Returns false, having
-/// written nothing, when a live body among them is not tame (see the module's notes).
-/// `g` holds gravity in every 16-bit lane.
+/// `y` `None`, `x`'s lanes are computed twice and written once), read from the chunk's
+/// lanes where it has them and they are fresh, else from the bodies, and written to both.
+/// Returns false, having written nothing, when a live body among them is not tame (see
+/// the module's notes). `g` holds gravity in every 16-bit lane.
 #[inline(always)]
 unsafe fn chunk<const AXES: usize>(
     x: &mut [Body; 8],
     y: Option<&mut [Body; 8]>,
+    kept: Option<(&mut [[u32; 16]; 8], bool)>,
     g: __m256i,
 ) -> bool {
     // Each group of eight bodies as 16 halves of 16 bytes: body i's first half (alive,
     // still, pos x, y) is half 2i, its second half (pos z, vel x, y, z) half 2i + 1.
     let hx = x.as_mut_ptr().cast::<__m128i>();
     let hy = y.map(|y| y.as_mut_ptr().cast::<__m128i>());
-    // SAFETY: `hx` (and `hy`) point at eight `Body`s, 256 bytes (`Body` is 32 bytes,
-    // `repr(C, align(32))`, so each half is aligned to 16), every byte initialised
-    // (`Body: IntoBytes`, no padding); `load_fields` reads exactly those bytes.
-    let fx = unsafe { load_fields(hx) };
-    let fy = match hy {
-        // SAFETY: as above.
-        Some(h) => unsafe { load_fields(h) },
-        None => fx,
+    let kept = kept.map(|(l, fresh)| (l.as_mut_ptr().cast::<__m256i>(), fresh));
+    let f = match kept {
+        // SAFETY: a chunk's lanes are 512 bytes aligned to 64 (`Lanes`).
+        Some((at, true)) => unsafe { Fields::load(at) },
+        // SAFETY: `hx` (and `hy`) point at eight `Body`s each.
+        _ => unsafe { Fields::from_rows::<AXES>(hx, hy.map(|h| h.cast_const())) },
     };
-    let one = konst(&ONE);
-    let (live_x, live_y) = (
-        _mm256_cmpeq_epi32(fx[0], one),
-        _mm256_cmpeq_epi32(fy[0], one),
-    );
-    // The motion fields of the 16 bodies in 16-bit lanes, saturated: a value outside
-    // the i16 range becomes one outside the tame range, on the same side. Lanes 0..=3
-    // are x's bodies 0..=3, lanes 4..=7 y's 0..=3, lanes 8..=11 x's 4..=7, lanes
-    // 12..=15 y's 4..=7 (`widen` undoes this order).
-    let live = _mm256_packs_epi32(live_x, live_y);
-    let px = _mm256_packs_epi32(fx[2], fy[2]);
-    let py = _mm256_packs_epi32(fx[3], fy[3]);
-    let vx = _mm256_packs_epi32(fx[5], fy[5]);
+    let [live_x, live_y] = f.live_xy;
+    let live = f.live;
+    let [px, py, pz] = f.pos;
+    let [vx, vy, vz] = f.vel;
     // Saturating, like the reference's `saturating_sub` (whose result is outside the
     // tame range exactly when this one is: |g| <= L).
-    let vy = _mm256_subs_epi16(_mm256_packs_epi32(fx[6], fy[6]), g);
-    let (pz, vz) = if AXES == 3 {
-        (
-            _mm256_packs_epi32(fx[4], fy[4]),
-            _mm256_packs_epi32(fx[7], fy[7]),
-        )
-    } else {
-        (px, vx) // unused
-    };
+    let vy = _mm256_subs_epi16(vy, g);
     let l = konst(&L);
     let zero = _mm256_setzero_si256();
     let (avx, avy, avz) = (
@@ -223,15 +366,26 @@ unsafe fn chunk<const AXES: usize>(
         let (nvx_x, nvx_y) = widen(nvx);
         let (nvy_x, nvy_y) = widen(nvy);
         (
-            interleave(fx[4], nvx_x),
-            interleave(fy[4], nvx_y),
-            interleave(nvy_x, fx[7]),
-            interleave(nvy_y, fy[7]),
+            interleave(f.z[0][0], nvx_x),
+            interleave(f.z[1][0], nvx_y),
+            interleave(nvy_x, f.z[0][1]),
+            interleave(nvy_y, f.z[1][1]),
         )
     };
+    let still_xy = [still(f.still[0], rest_x), still(f.still[1], rest_y)];
+    if let Some((at, fresh)) = kept {
+        let after = Fields {
+            pos: [npx, npy, npz],
+            vel: [nvx, nvy, nvz],
+            still: still_xy,
+            ..f
+        };
+        // SAFETY: as for the load of the lanes above.
+        unsafe { after.store(at, !fresh) };
+    }
     // A live body's first word is 1 (`alive`, then three zero bytes): written as the
     // constant, so that the loaded word need not be kept until here.
-    let as_x = interleave(konst(&ONE), still(fx[1], rest_x));
+    let as_x = interleave(konst(&ONE), still_xy[0]);
     // Only live bodies are written back: a dead slot keeps every field as it was.
     let live_rows = _mm256_movemask_ps(_mm256_castsi256_ps(live_x)) as u32;
     // SAFETY: as for the loads; `store_fields` writes the halves of the bodies whose bit
@@ -241,7 +395,7 @@ unsafe fn chunk<const AXES: usize>(
     // u32 or i32, as `still`, `pos`, `vel`.
     unsafe { store_fields(hx, [as_x, pxy_x, zvx_x, vyz_x], live_rows) };
     if let Some(h) = hy {
-        let as_y = interleave(konst(&ONE), still(fy[1], rest_y));
+        let as_y = interleave(konst(&ONE), still_xy[1]);
         let live_rows = _mm256_movemask_ps(_mm256_castsi256_ps(live_y)) as u32;
         // SAFETY: as for `hx` just above.
         unsafe { store_fields(h, [as_y, pxy_y, zvx_y, vyz_y], live_rows) };

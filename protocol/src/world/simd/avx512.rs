@@ -30,6 +30,7 @@
 
 use super::super::bodies::LANE_CHUNKS;
 use super::super::{step_bodies as reference, Bodies, Body, BOX_MM};
+use super::Kernel;
 use std::arch::x86_64::*;
 
 /// Where each of the 7 bits of a value's place (lane bits 0..=3, then row bits 0..=2, at
@@ -100,7 +101,7 @@ static TO_ROWS: [(usize, Index, Index); 3] = [
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
     const { assert!(LANE_CHUNKS <= 8) };
-    let (bodies, lanes, fresh) = bodies.with_lanes();
+    let (bodies, lanes, fresh) = bodies.with_lanes(Kernel::Avx512);
     if g.unsigned_abs() > BOX_MM as u32 {
         *fresh = 0;
         reference::<AXES>(bodies, g);
