@@ -90,20 +90,20 @@ pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
     let gv = _mm256_set1_epi16(g as i16);
     // Chunk i (bodies 16 i .. 16 i + 16, or its first eight) keeps its lanes in the i-th
     // of `lanes`, while there are any (a world holds at most 64 bodies).
-    let mut lanes = lanes.0.iter_mut().enumerate();
-    let mut next_lanes = || {
-        lanes
-            .next()
-            .map(|(i, l)| (l, *fresh & (1 << i) != 0, 1u8 << i))
-    };
+    // (No closures here: a call to one costs the vector registers.)
+    let mut lanes = lanes.0.iter_mut();
     let mut fresh_now = *fresh;
     let mut pairs = bodies.chunks_exact_mut(16);
+    let mut i = 0;
     for c in &mut pairs {
-        let kept = next_lanes();
-        let bit = kept.as_ref().map_or(0, |k| k.2);
+        let (kept, bit) = match lanes.next() {
+            Some(l) => (Some((l, fresh_now & (1 << i) != 0)), 1u8 << i),
+            None => (None, 0),
+        };
+        i += 1;
         let (x, y) = c.split_at_mut(8);
         let done = match (<&mut [Body; 8]>::try_from(x), <&mut [Body; 8]>::try_from(y)) {
-            (Ok(x), Ok(y)) => chunk::<AXES>(x, Some(y), kept.map(|k| (k.0, k.1)), gv),
+            (Ok(x), Ok(y)) => chunk::<AXES>(x, Some(y), kept, gv),
             _ => false, // never: the halves are of 8
         };
         if done {
@@ -115,11 +115,13 @@ pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
     }
     let mut rest = pairs.into_remainder();
     if rest.len() >= 8 {
-        let kept = next_lanes();
-        let bit = kept.as_ref().map_or(0, |k| k.2);
+        let (kept, bit) = match lanes.next() {
+            Some(l) => (Some((l, fresh_now & (1 << i) != 0)), 1u8 << i),
+            None => (None, 0),
+        };
         let (x, after) = rest.split_at_mut(8);
         let done = match <&mut [Body; 8]>::try_from(&mut *x) {
-            Ok(x8) => chunk::<AXES>(x8, None, kept.map(|k| (k.0, k.1)), gv),
+            Ok(x8) => chunk::<AXES>(x8, None, kept, gv),
             Err(_) => false, // never: the slice is of 8
         };
         if done {

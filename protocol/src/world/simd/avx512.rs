@@ -107,19 +107,24 @@ pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
         reference::<AXES>(bodies, g);
         return;
     }
-    let mut lanes = lanes.0.iter_mut();
+    let mut now = *fresh;
     for (i, c) in bodies.chunks_mut(16).enumerate() {
         // A world holds at most 64 bodies; slots past them (built by hand) have no lanes.
-        let kept = lanes.next().map(|l| (l, *fresh & (1 << i) != 0));
-        let bit = if kept.is_some() { 1u8 << i } else { 0 };
+        // (No closures here: they would not inherit this function's target features, and
+        // a call to one costs the vector registers.)
+        let (kept, bit) = match lanes.0.get_mut(i) {
+            Some(l) => (Some((l, now & (1 << i) != 0)), 1u8 << i),
+            None => (None, 0),
+        };
         // SAFETY: the CPU has AVX-512F (this function's contract); `c` holds 1..=16 bodies.
         if unsafe { chunk::<AXES>(c, kept, g) } {
-            *fresh |= bit;
+            now |= bit;
         } else {
-            *fresh &= !bit;
+            now &= !bit;
             reference::<AXES>(c, g);
         }
     }
+    *fresh = now;
 }
 
 /// One step's stages 2 to 4 for the bodies of `c`, at most sixteen, with the chunk's lanes
