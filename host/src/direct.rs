@@ -12,6 +12,7 @@ use crate::hub::Hub;
 use crate::unpoisoned::unpoisoned;
 use ostm_protocol::wire::EncodedFrame;
 use std::io::IoSlice;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -26,6 +27,10 @@ pub struct Direct {
 struct Slot {
     /// The parked writer (the fan-out may write with it), or `None` while the task writes.
     writer: Option<Writer>,
+    /// The parked writer's socket, when it is plain TCP: kept here so that the fan-out
+    /// reads it from the slot it has locked anyway, not through the writer's stream (a
+    /// cache miss per connection per record, one connection after another).
+    fd: Option<RawFd>,
     /// The number of the next record to send.
     position: u64,
     /// The step the records sent bring the viewer to.
@@ -114,6 +119,7 @@ impl Direct {
         Direct {
             slot: Mutex::new(Slot {
                 writer: None,
+                fd: None,
                 position: 0,
                 step: 0,
                 last_sent: Instant::now(),
@@ -145,8 +151,13 @@ impl Direct {
         if hub.head() != position || hub.ended().is_some() {
             return Err(writer);
         }
+        let fd = match &writer {
+            Writer::Tcp(w) => Some(w.as_ref().as_raw_fd()),
+            Writer::Tls(_) => None,
+        };
         *slot = Slot {
             writer: Some(writer),
+            fd,
             position,
             step,
             last_sent,
@@ -165,6 +176,7 @@ impl Direct {
     pub fn unpark(&self) -> Option<Unparked> {
         let mut slot = self.lock();
         let writer = slot.writer.take()?;
+        slot.fd = None;
         Some(Unparked {
             writer,
             position: slot.position,
@@ -187,7 +199,7 @@ impl Direct {
         if slot.handed.is_some() || hub.head() == slot.position {
             return;
         }
-        let Some(Writer::Tcp(w)) = &slot.writer else {
+        let Some(fd) = slot.fd else {
             return;
         };
         let Some(p) = round.get(hub, slot.position) else {
@@ -200,7 +212,11 @@ impl Direct {
         // step alone, or a few with the heartbeat ahead of them in one vectored send. It
         // leaves tokio's readiness alone: when it would block, the task's own write finds
         // that out again and waits.
-        let sock = socket2::SockRef::from(w.as_ref());
+        // SAFETY: `fd` is the socket of the writer parked in this slot (`park`), which
+        // keeps it open: the writer leaves the slot only through `unpark`, under the lock
+        // held here until the write is done.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let sock = socket2::SockRef::from(&fd);
         let sent = match &p.frames[..] {
             [one] => sock.send(&one.0),
             frames => {

@@ -349,13 +349,23 @@ impl Hub {
             conns.append(&mut *unpoisoned(self.joining[part].lock()));
             round.clear();
             let now = tokio::time::Instant::now();
-            conns.retain(|c| match c.upgrade() {
-                Some(direct) => {
-                    direct.offer(self, &mut round, now);
-                    true
+            let mut i = 0;
+            while let Some(c) = conns.get(i) {
+                // The connections' slots are cold (one per viewer, each touched once a
+                // round): ask for the one two ahead while this one's `send` runs.
+                if let Some(ahead) = conns.get(i + 2) {
+                    prefetch(ahead.as_ptr());
                 }
-                None => false,
-            });
+                match c.upgrade() {
+                    Some(direct) => {
+                        direct.offer(self, &mut round, now);
+                        i += 1;
+                    }
+                    None => {
+                        conns.swap_remove(i);
+                    }
+                }
+            }
             if ended {
                 for direct in conns.iter().filter_map(Weak::upgrade) {
                     direct.wake();
@@ -412,6 +422,20 @@ impl Hub {
             stages,
         }
     }
+}
+
+/// Asks the CPU to bring the memory at `p` into its cache, without waiting for it; a hint
+/// only (nothing is read, so any address will do).
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing and cannot fault, whatever the address; SSE is in
+    // every x86-64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 #[cfg(test)]
