@@ -34,6 +34,14 @@
 //! first word of a live body instead of the loaded one (one vector less to keep). Together
 //! these made the step 10 to 15 % faster there (docs/performance.md, "Fewer shuffles").
 //!
+//! A chunk's fields as the kernel computes with them ([`Fields`]: the moving fields in
+//! 16-bit lanes, `alive` and the still counts in 32-bit lanes, a 2D world's z) are also
+//! kept from one step to the next in the world's `Lanes` (`bodies.rs`): a chunk whose lanes
+//! are fresh (nothing but this kernel has written its slots since) is read from there,
+//! without the loads, transposes and narrowing. The values kept are exact: after a step
+//! every live body of a tame chunk has its position in the box and |velocity| at most L.
+//! The last 1..=7 bodies, stepped through a padded copy, keep no lanes.
+//!
 //! Every function here is `unsafe` because it uses AVX2 instructions (the callers have
 //! checked that the CPU has them); `load_fields`, `pair`, `store_fields` and `put` also
 //! read or write memory through a pointer, under the contract in their `# Safety`
