@@ -273,16 +273,23 @@ impl Fields {
         }
     }
 
-    /// Writes the vectors a step changes into a chunk's lanes; all of them where the
-    /// lanes were stale (`all`).
+    /// Writes into a chunk's lanes the vectors a step changes, and where the lanes were
+    /// stale (`all`) the others too; only those the kernel reads in `AXES` dimensions
+    /// (the 16-bit z in 3D, the 32-bit z in 2D), so that no other vector is kept alive
+    /// through the step for this (AVX2 has sixteen vector registers).
     ///
     /// # Safety
     /// The CPU must have AVX2; `at` must point at 15 writable vectors aligned to 32.
     #[inline(always)]
-    unsafe fn store(&self, at: *mut __m256i, all: bool) {
-        let changed = if all { 0..15 } else { 3..11 };
+    unsafe fn store<const AXES: usize>(&self, at: *mut __m256i, all: bool) {
         for (k, v) in self.vectors().into_iter().enumerate() {
-            if changed.contains(&k) {
+            let read = match k {
+                5 | 8 => AXES == 3,
+                11..=14 => AXES == 2,
+                _ => true,
+            };
+            let changes = matches!(k, 3..=10);
+            if read && (changes || all) {
                 // SAFETY: the caller's contract.
                 unsafe { _mm256_store_si256(at.add(k), v) };
             }
@@ -391,7 +398,7 @@ unsafe fn chunk<const AXES: usize>(
             ..f
         };
         // SAFETY: as for the load of the lanes above.
-        unsafe { after.store(at, !fresh) };
+        unsafe { after.store::<AXES>(at, !fresh) };
     }
     // A live body's first word is 1 (`alive`, then three zero bytes): written as the
     // constant, so that the loaded word need not be kept until here.
