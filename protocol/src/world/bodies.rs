@@ -36,7 +36,10 @@ pub(super) const LANE_CHUNKS: usize = super::MAX_BODIES / 16;
 /// in the kernel's own layout (the AVX-512 kernel's eight field vectors, the AVX2
 /// kernel's sixteen-bit lanes: see `simd/`). 2 KiB, aligned for 512-bit loads.
 #[repr(C, align(64))]
-pub(super) struct Lanes(pub(super) [[[u32; 16]; 8]; LANE_CHUNKS]);
+pub(super) struct Lanes(pub(super) [ChunkLanes; LANE_CHUNKS]);
+
+/// One chunk's 512 bytes of [`Lanes`].
+pub(super) type ChunkLanes = [[u32; 16]; 8];
 
 impl Bodies {
     /// No body slots, room for `capacity`.

@@ -11,6 +11,8 @@
 //! - `avx2.rs`: sixteen bodies in 16-bit lanes of 256-bit vectors, on CPUs with AVX2;
 //! - elsewhere the reference itself.
 
+#[cfg(target_arch = "x86_64")]
+use super::bodies::ChunkLanes;
 use super::{step_bodies as reference, Bodies, Dims};
 
 #[cfg(target_arch = "x86_64")]
@@ -90,5 +92,25 @@ fn run<const AXES: usize>(kernel: Kernel, bodies: &mut Bodies, g: i32) {
             unsafe { avx2::run::<AXES>(bodies, g) }
         }
         _ => reference::<AXES>(bodies, g),
+    }
+}
+
+/// A chunk's lanes as a kernel's chunk step takes them, with whether they are fresh;
+/// `None` when the chunk has none.
+#[cfg(target_arch = "x86_64")]
+type Kept<'a> = Option<(&'a mut ChunkLanes, bool)>;
+
+/// One chunk's lanes in a kernel's loop: the lanes of chunk `i` (`l`, none past the
+/// world's most bodies), whether `fresh` says they are fresh, and the chunk's bit in
+/// `fresh` (0 when it has no lanes).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn chunk_lanes(l: Option<&mut ChunkLanes>, fresh: u8, i: usize) -> (Kept<'_>, u8) {
+    match l {
+        Some(l) => {
+            let bit = 1u8 << (i % 8);
+            (Some((l, fresh & bit != 0)), bit)
+        }
+        None => (None, 0),
     }
 }

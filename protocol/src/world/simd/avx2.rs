@@ -48,7 +48,7 @@
 //! notes, which `chunk` meets.
 
 use super::super::{step_bodies as reference, Bodies, Body, BOX_MM};
-use super::Kernel;
+use super::{chunk_lanes, Kept, Kernel};
 use std::arch::x86_64::*;
 
 /// A vector constant in memory. The kernel loads its constants with [`konst`]: the
@@ -104,10 +104,7 @@ pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
     let mut pairs = bodies.chunks_exact_mut(16);
     let mut i = 0;
     for c in &mut pairs {
-        let (kept, bit) = match lanes.next() {
-            Some(l) => (Some((l, fresh_now & (1 << i) != 0)), 1u8 << i),
-            None => (None, 0),
-        };
+        let (kept, bit) = chunk_lanes(lanes.next(), fresh_now, i);
         i += 1;
         let (x, y) = c.split_at_mut(8);
         let done = match (<&mut [Body; 8]>::try_from(x), <&mut [Body; 8]>::try_from(y)) {
@@ -123,10 +120,7 @@ pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
     }
     let mut rest = pairs.into_remainder();
     if rest.len() >= 8 {
-        let (kept, bit) = match lanes.next() {
-            Some(l) => (Some((l, fresh_now & (1 << i) != 0)), 1u8 << i),
-            None => (None, 0),
-        };
+        let (kept, bit) = chunk_lanes(lanes.next(), fresh_now, i);
         let (x, after) = rest.split_at_mut(8);
         let done = match <&mut [Body; 8]>::try_from(&mut *x) {
             Ok(x8) => chunk::<AXES>(x8, None, kept, gv),
@@ -306,7 +300,7 @@ impl Fields {
 unsafe fn chunk<const AXES: usize>(
     x: &mut [Body; 8],
     y: Option<&mut [Body; 8]>,
-    kept: Option<(&mut [[u32; 16]; 8], bool)>,
+    kept: Kept<'_>,
     g: __m256i,
 ) -> bool {
     // Each group of eight bodies as 16 halves of 16 bytes: body i's first half (alive,

@@ -30,7 +30,7 @@
 
 use super::super::bodies::LANE_CHUNKS;
 use super::super::{step_bodies as reference, Bodies, Body, BOX_MM};
-use super::Kernel;
+use super::{chunk_lanes, Kept, Kernel};
 use std::arch::x86_64::*;
 
 /// Where each of the 7 bits of a value's place (lane bits 0..=3, then row bits 0..=2, at
@@ -112,10 +112,7 @@ pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
         // A world holds at most 64 bodies; slots past them (built by hand) have no lanes.
         // (No closures here: they would not inherit this function's target features, and
         // a call to one costs the vector registers.)
-        let (kept, bit) = match lanes.0.get_mut(i) {
-            Some(l) => (Some((l, now & (1 << i) != 0)), 1u8 << i),
-            None => (None, 0),
-        };
+        let (kept, bit) = chunk_lanes(lanes.0.get_mut(i), now, i);
         // SAFETY: the CPU has AVX-512F (this function's contract); `c` holds 1..=16 bodies.
         if unsafe { chunk::<AXES>(c, kept, g) } {
             now |= bit;
@@ -136,11 +133,7 @@ pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
 /// The CPU must have AVX-512F; `c` must hold at most 16 bodies.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn chunk<const AXES: usize>(
-    c: &mut [Body],
-    kept: Option<(&mut [[u32; 16]; 8], bool)>,
-    g: i32,
-) -> bool {
+unsafe fn chunk<const AXES: usize>(c: &mut [Body], kept: Kept<'_>, g: i32) -> bool {
     let n = c.len().min(16);
     let rows_at = c.as_mut_ptr().cast::<__m512i>();
     let f = match &kept {
