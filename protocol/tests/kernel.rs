@@ -310,7 +310,7 @@ fn the_world_hash_follows_fields_edited_by_hand() {
 #[test]
 fn every_write_to_the_slots_between_steps_reaches_the_kernel() {
     type Edit = fn(&mut World);
-    let edits: [(&str, Edit); 17] = [
+    let edits: [(&str, Edit); 19] = [
         ("index", |w| w.bodies[5].vel[0] += 7),
         ("get_mut", |w| {
             if let Some(b) = w.bodies.get_mut(33) {
@@ -370,6 +370,23 @@ fn every_write_to_the_slots_between_steps_reaches_the_kernel() {
         }),
         ("a removal", |w| w.apply_input(&[Op::Remove { body: 17 }])),
         ("an untame body", |w| w.bodies[0].vel[1] = -BOX_MM),
+        ("more slots than a world holds, by hand", |w| {
+            w.bodies = (0..100)
+                .map(|i| {
+                    Body::new(
+                        i % 7 != 0,
+                        0,
+                        [100 * i, 5_000, 9_999 - 90 * i],
+                        [i - 50, 9, -3],
+                    )
+                })
+                .collect()
+        }),
+        ("back to forty", |w| {
+            while w.bodies.len() > 40 {
+                w.bodies.pop();
+            }
+        }),
     ];
     for kernel in vector_kernels() {
         for dims in [Dims::Three, Dims::Two] {
