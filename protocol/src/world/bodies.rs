@@ -19,11 +19,12 @@ pub struct Bodies {
     /// `slots[1..]` are the bodies.
     slots: Vec<Body>,
     /// The vector kernel's copy of the first [`LANE_CHUNKS`] chunks of sixteen bodies, in
-    /// its own layout (see `simd/avx512.rs`); made at the kernel's first step.
+    /// its own layout (see `simd/`); made at the kernel's first step.
     lanes: Option<Box<Lanes>>,
     /// Bit i set: chunk i of `lanes` holds exactly what the slots of bodies 16 i ..
-    /// 16 i + 16 hold. Every write to the slots but the kernel's clears them all
-    /// ([`Bodies::with_lanes`] is the kernel's way in).
+    /// 16 i + 16 hold. Every write to the slots but the kernel's clears the bits of the
+    /// chunks it may have written: all of them, or one for [`Bodies::body_mut`], `push`
+    /// and `pop` ([`Bodies::with_lanes`] is the kernel's way in).
     fresh: u8,
     /// The kernel whose layout `lanes` holds.
     owner: Kernel,
