@@ -11,7 +11,9 @@
 //! median over the turns of the ratio of their tenth percentiles. Step + hash is timed with
 //! every kernel this CPU has (`World::step_with` and `World::hash_with`, so that a row is
 //! what a CPU with only that kernel would run; `World::step` uses the first row's), each on
-//! its own copy of the worlds.
+//! its own copy of the worlds. A fifth row, `3D 64 inputs`, steps the same world through a
+//! run that takes the scenario's inputs (`Phases::with_inputs`), as a live stream does: an
+//! input that writes a body makes the kernel's lanes of its chunk stale for a step.
 //!
 //! A case runs `TURN` slices in a row, not one, because code that ran just before can
 //! slow it: timed a slice each in turn with step + hash on 512-bit vectors, xxhash-rust's
@@ -65,14 +67,16 @@ fn main() -> ExitCode {
         }
     }
     let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
-    for (dims, bodies) in [
-        (Dims::Three, 64u8),
-        (Dims::Three, 24),
-        (Dims::Two, 64),
-        (Dims::Two, 24),
+    for (dims, bodies, inputs) in [
+        (Dims::Three, 64u8, false),
+        (Dims::Three, 24, false),
+        (Dims::Two, 64, false),
+        (Dims::Two, 24, false),
+        (Dims::Three, 64, true),
     ] {
-        let r = measure(dims, bodies, rounds, &kernels);
-        let name = format!("{}D {bodies}", dims.axes());
+        let r = measure(dims, bodies, inputs, rounds, &kernels);
+        let with = if inputs { " inputs" } else { "" };
+        let name = format!("{}D {bodies}{with}", dims.axes());
         for k in &r.kernels {
             let (x, m, t) = (
                 k.step_hash / r.xxhash_rust,
@@ -117,12 +121,16 @@ struct KernelFigures {
     median_ratio: f64,
 }
 
-fn measure(dims: Dims, bodies: u8, rounds: u32, kernels: &[Kernel]) -> Figures {
-    // The bench's worlds (`benches/support`), one set for each kernel.
+fn measure(dims: Dims, bodies: u8, inputs: bool, rounds: u32, kernels: &[Kernel]) -> Figures {
+    // The bench's worlds (`benches/support`), one set for each kernel; with `inputs`, the
+    // run's steps take the scenario's inputs, as a live stream's do.
     let fresh = support::world(dims, bodies);
     let mut phases: Vec<support::Phases> = kernels
         .iter()
-        .map(|_| support::Phases::new(&fresh))
+        .map(|_| match inputs {
+            true => support::Phases::with_inputs(&fresh, 1),
+            false => support::Phases::new(&fresh),
+        })
         .collect();
     let buf: Vec<u8> = (0..fresh.snapshot_len()).map(|i| (i * 31) as u8).collect();
     let per_call = |t: Instant| t.elapsed().as_nanos() as f64 / f64::from(CALLS);
@@ -137,8 +145,8 @@ fn measure(dims: Dims, bodies: u8, rounds: u32, kernels: &[Kernel]) -> Figures {
             for _ in 0..slices {
                 let t = Instant::now();
                 for _ in 0..CALLS {
-                    let w: &mut World = phases[i].world();
-                    w.step_with(k, black_box(&[]));
+                    let (w, ops): (&mut World, _) = phases[i].turn();
+                    w.step_with(k, black_box(ops));
                     black_box(w.hash_with(k));
                 }
                 sh[i].push(per_call(t));

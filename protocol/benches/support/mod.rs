@@ -1,8 +1,9 @@
 //! The worlds that `benches/step.rs` and `examples/step_cost.rs` step: one module, so that
 //! the bench's times and the example's instruction counts are of the same work.
 
+use ostm_protocol::scenario::Scenario;
 use ostm_protocol::world::{Dims, Setup};
-use ostm_protocol::World;
+use ostm_protocol::{Op, World};
 
 /// A world with `bodies` slots alive, run 100 steps so bodies are mid-flight.
 pub fn world(dims: Dims, bodies: u8) -> World {
@@ -23,41 +24,74 @@ pub fn world(dims: Dims, bodies: u8) -> World {
 /// Ten copies of a world at ten points of a 10 000-step run (steps 0, 1 000, ..., 9 000 of
 /// it), stepped in turn, each put back to its point after 1 000 steps: any ten iterations
 /// step the whole run's mix of bodies in flight, bouncing and at rest, so that the bench's
-/// fastest slice is not a slice where most bodies happened to rest.
+/// fastest slice is not a slice where most bodies happened to rest. The run has no inputs
+/// ([`Phases::new`]), or the scenario's ([`Phases::with_inputs`]: impulses, teleports,
+/// spawns, removals and gravity changes, what a live stream carries), and then each world
+/// is given the inputs of the run's steps it takes.
 pub struct Phases {
     start: Vec<World>,
     worlds: Vec<World>,
     taken: Vec<u32>,
     next: usize,
+    /// The input of each of the run's steps (none when the run has no inputs).
+    inputs: Vec<Vec<Op>>,
 }
 
+/// Steps between two of the run's points.
+const SEGMENT: u32 = 1_000;
+
 impl Phases {
+    /// The run without inputs.
     pub fn new(fresh: &World) -> Phases {
+        Phases::run(fresh, None)
+    }
+
+    /// The run with the inputs of `Scenario::new(seed)`.
+    #[allow(dead_code)] // Used by `examples/step_ratio.rs` only.
+    pub fn with_inputs(fresh: &World, seed: u32) -> Phases {
+        Phases::run(fresh, Some(Scenario::new(seed)))
+    }
+
+    fn run(fresh: &World, mut scenario: Option<Scenario>) -> Phases {
         let mut w = fresh.clone();
         let mut start = Vec::new();
-        for i in 0..10_000u32 {
-            if i.is_multiple_of(1_000) {
+        let mut inputs = Vec::new();
+        for i in 0..10 * SEGMENT {
+            if i.is_multiple_of(SEGMENT) {
                 start.push(w.clone());
             }
-            w.step(&[]);
+            let ops = scenario.as_mut().map_or_else(Vec::new, |s| s.next_input(&w));
+            w.step(&ops);
+            if scenario.is_some() {
+                inputs.push(ops);
+            }
         }
         Phases {
             worlds: start.clone(),
             taken: vec![0; start.len()],
             start,
             next: 0,
+            inputs,
         }
     }
 
-    /// The world whose turn it is to step.
-    pub fn world(&mut self) -> &mut World {
+    /// The world whose turn it is to step, and the input of its step.
+    pub fn turn(&mut self) -> (&mut World, &[Op]) {
         let i = self.next;
         self.next = (i + 1) % self.worlds.len();
-        if self.taken[i] == 1_000 {
+        if self.taken[i] == SEGMENT {
             self.worlds[i].clone_from(&self.start[i]);
             self.taken[i] = 0;
         }
+        let k = i * SEGMENT as usize + self.taken[i] as usize;
         self.taken[i] += 1;
-        &mut self.worlds[i]
+        let ops = self.inputs.get(k).map_or(&[][..], Vec::as_slice);
+        (&mut self.worlds[i], ops)
+    }
+
+    /// The world whose turn it is to step (its input is none: see [`Phases::new`]).
+    #[allow(dead_code)] // Used by `benches/step.rs` and `examples/step_cost.rs`.
+    pub fn world(&mut self) -> &mut World {
+        self.turn().0
     }
 }
