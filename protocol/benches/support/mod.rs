@@ -60,7 +60,9 @@ impl Phases {
             if i.is_multiple_of(SEGMENT) {
                 start.push(w.clone());
             }
-            let ops = scenario.as_mut().map_or_else(Vec::new, |s| s.next_input(&w));
+            let ops = scenario
+                .as_mut()
+                .map_or_else(Vec::new, |s| s.next_input(&w));
             w.step(&ops);
             if scenario.is_some() {
                 inputs.push(ops);

@@ -221,8 +221,7 @@ unsafe fn chunk<const AXES: usize>(c: &mut [Body], kept: Kept<'_>, g: i32) -> bo
         for (k, r) in rows.into_iter().enumerate().take(n.div_ceil(2)) {
             // Row k's bodies 2k and 2k + 1: their eight words each where they are live
             // (a slot past the last body is never live).
-            let pair = (live >> (2 * k)) & 3;
-            let words = ((pair & 1) * 0x00FF) | ((pair >> 1) * 0xFF00);
+            let words = PAIR_WORDS[usize::from(live >> (2 * k)) & 3];
             // SAFETY: as just above; a masked store writes only the live bodies' words,
             // all in `c`.
             unsafe { _mm512_mask_storeu_epi32(rows_at.add(k).cast(), words, r) };
@@ -257,6 +256,10 @@ unsafe fn from_rows(rows_at: *mut __m512i, n: usize) -> [__m512i; 8] {
     // SAFETY: the CPU has AVX-512F.
     unsafe { permute(rows, &TO_FIELDS) }
 }
+
+/// The words of a row (two bodies) to write, by which of its bodies are live: bit 0 the
+/// first body (words 0..8), bit 1 the second (words 8..16).
+const PAIR_WORDS: [__mmask16; 4] = [0, 0x00FF, 0xFF00, 0xFFFF];
 
 /// Three stages of permutes (see the module's notes), each swapping the row position it
 /// names with a lane position.
