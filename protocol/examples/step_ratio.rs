@@ -127,9 +127,12 @@ fn measure(dims: Dims, bodies: u8, inputs: bool, rounds: u32, kernels: &[Kernel]
     let fresh = support::world(dims, bodies);
     let mut phases: Vec<support::Phases> = kernels
         .iter()
-        .map(|_| match inputs {
-            true => support::Phases::with_inputs(&fresh, 1),
-            false => support::Phases::new(&fresh),
+        .map(|_| {
+            if inputs {
+                support::Phases::with_inputs(&fresh, 1)
+            } else {
+                support::Phases::new(&fresh)
+            }
         })
         .collect();
     let buf: Vec<u8> = (0..fresh.snapshot_len()).map(|i| (i * 31) as u8).collect();

@@ -32,6 +32,8 @@ pub struct Bodies {
 
 /// How many chunks of sixteen bodies [`Lanes`] holds: a world's most bodies, 64.
 pub(super) const LANE_CHUNKS: usize = super::MAX_BODIES / 16;
+// `Bodies::fresh` has a bit per chunk.
+const _: () = assert!(LANE_CHUNKS <= u8::BITS as usize);
 
 /// The vector kernel's copy of up to 64 bodies: per chunk of sixteen bodies, 512 bytes
 /// in the kernel's own layout (the AVX-512 kernel's eight field vectors, the AVX2

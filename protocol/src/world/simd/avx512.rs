@@ -28,7 +28,6 @@
 //! taking an untame chunk) leaves the chunk stale, and it is read from its rows again. In
 //! the lanes a dead body keeps the fields its slot holds, as its slot does.
 
-use super::super::bodies::LANE_CHUNKS;
 use super::super::{step_bodies as reference, Bodies, Body, BOX_MM};
 use super::{chunk_lanes, Kept, Kernel};
 use std::arch::x86_64::*;
@@ -100,7 +99,6 @@ static TO_ROWS: [(usize, Index, Index); 3] = [
 /// The CPU must have AVX-512F.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn run<const AXES: usize>(bodies: &mut Bodies, g: i32) {
-    const { assert!(LANE_CHUNKS <= 8) };
     let (bodies, lanes, fresh) = bodies.with_lanes(Kernel::Avx512);
     if g.unsigned_abs() > BOX_MM as u32 {
         *fresh = 0;
@@ -241,9 +239,9 @@ unsafe fn from_rows(rows_at: *mut __m512i, n: usize) -> [__m512i; 8] {
     // bodies, which are never written.
     let mut rows = [_mm512_setzero_si512(); 8];
     for (k, r) in rows.iter_mut().enumerate().take(n.div_ceil(2)) {
-        // SAFETY: body 2k is in `c` (k < n / 2 rounded up), so the row's address is in
-        // it; `c`'s bytes are initialised (`Body: IntoBytes`, no padding). Row k's 64
-        // bytes are in `c` when body 2k + 1 is, else its first 32 only, and the masked
+        // SAFETY: body 2k is among the `n` (k < n / 2 rounded up), so the row's address
+        // is theirs; their bytes are initialised (`Body: IntoBytes`, no padding). Row k's
+        // 64 bytes are theirs when body 2k + 1 is, else its first 32 only, and the masked
         // load reads only those.
         *r = unsafe {
             if 2 * k + 1 < n {
