@@ -7,7 +7,7 @@
 //! terminal as it was (same settings, main screen, cursor shown), with attach's lines,
 //! verdict and exit code.
 //!
-//! tmux must be installed (`.ci/run` installs it with apt-get when it is missing).
+//! tmux must be installed (`scripts/test` installs it with apt-get when it is missing).
 
 mod live_support;
 
@@ -52,7 +52,7 @@ impl Tmux {
             .env_remove("RUST_LOG")
             .output()
             .unwrap_or_else(|e| {
-                panic!("cannot run tmux ({e}): install it (`.ci/run` does, with apt-get)")
+                panic!("cannot run tmux ({e}): run scripts/test, which installs it")
             });
         assert!(
             out.status.success(),

@@ -1,6 +1,6 @@
 //! A real browser for the page tests: Debian's `chromium`, headless, driven over WebDriver
 //! by the `fantoccini` client through Debian's `chromedriver` (package `chromium-driver`;
-//! `.ci/run` installs both), which the test starts on 127.0.0.1 and a port it picks
+//! `scripts/test` installs both), which the test starts on 127.0.0.1 and a port it picks
 //! itself (`--port=0`, read from its first lines). Also `ostm-viewer watch` started and its
 //! URL read. Screenshots go to `target/tmp/watch-screenshots/`.
 #![allow(dead_code)]
@@ -22,7 +22,7 @@ fn installed(what: &str, env: &str, paths: &[&str], package: &str) -> PathBuf {
         .find(|p| p.exists())
         .unwrap_or_else(|| {
             panic!(
-                "{what} is not installed: apt-get install {package} (.ci/run does), or set {env}"
+                "{what} is not installed: run scripts/test, which installs {package}, or set {env}"
             )
         })
 }

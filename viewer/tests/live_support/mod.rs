@@ -306,7 +306,7 @@ pub fn nats_bin() -> PathBuf {
             return PathBuf::from(p);
         }
     }
-    panic!("nats-server is not installed: apt-get install nats-server (.ci/run does)");
+    panic!("nats-server is not installed: run scripts/test, which installs it");
 }
 
 /// A port nothing listens on now.
