@@ -467,6 +467,51 @@ fn a_paused_viewer_reconnects_and_carries_on() {
     }
 }
 
+/// A viewer stopped (SIGSTOP) for longer than the 10 s silence timeout while the host
+/// runs to its end: every record and the end message wait in the viewer's socket, and the
+/// resumed viewer reads them before it judges the host silent (docs/protocol.md,
+/// "Heartbeats and timeouts"): it verifies and records every step and ends as the host
+/// did, rather than `the host sent nothing for 10000 ms`.
+#[test]
+fn a_viewer_paused_past_the_silence_timeout_reads_what_waited_in_its_socket() {
+    // 600 records of the default world (about 30 KiB) fit in the sockets' buffers.
+    let host = Host::start(&["--rate", "100", "--steps", "600", "--status-ms", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("paused.ostm");
+    let mut v = spawn_viewer(&[
+        "attach",
+        &host.addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--json",
+    ]);
+    let attached = until_event(&mut v, |e| e["event"] == "attached");
+    until_event(&mut v, |e| e["event"] == "status");
+    v.signal("STOP");
+    let stopped = std::time::Instant::now();
+    // The host sends its last record and its end while the viewer is stopped.
+    let (status, _, _) = host.wait();
+    assert!(status.success());
+    // Past the viewer's silence timeout (counted from its last frame, before the stop).
+    let pause = std::time::Duration::from_secs(11);
+    std::thread::sleep(pause.saturating_sub(stopped.elapsed()));
+    v.signal("CONT");
+    let out = v.finish();
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}");
+    let end = json(text.lines().last().unwrap());
+    assert_eq!(end["stop"], "host-ended", "{end}");
+    assert_eq!(end["reason"], "finished", "{end}");
+    let from = attached["step"].as_u64().unwrap();
+    assert_eq!(end["step"], 600, "{end}");
+    assert_eq!(end["verified"].as_u64().unwrap(), 600 - from, "{end}");
+    assert_eq!(end["files"].as_array().unwrap().len(), 1, "{end}");
+    assert_eq!(
+        check_recording(&rec, &default_rows(600)),
+        (from, 600 - from as usize)
+    );
+}
+
 /// The host killed and started again on the same port: a `--reconnect` viewer reports
 /// the gap, joins the new host at its step, and its two files verify.
 #[test]

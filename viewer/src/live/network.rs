@@ -390,6 +390,9 @@ impl Reader {
             let mut records: u64 = 0;
             let mut batch: Vec<Item> = Vec::with_capacity(BATCH);
             let mut deadline = tokio::time::Instant::now() + SILENCE;
+            // The silence deadline passed and the runtime has been made to look at the
+            // socket once since (see below); cleared by every read that brings bytes.
+            let mut looked_again = false;
             let mut eof = false;
             loop {
                 // Everything already read is decoded and handed to the spool, under one
@@ -520,7 +523,8 @@ impl Reader {
                 }
                 // What has already arrived is read before the silence is judged: the
                 // read comes first, so a viewer paused for longer than the silence
-                // timeout reads what waits in its socket when it resumes.
+                // timeout reads what waits in its socket when it resumes (and see the
+                // deadline's branch below).
                 if buf.capacity() - buf.len() < READ_BUFFER / 2 {
                     buf.reserve(READ_BUFFER);
                 }
@@ -532,12 +536,29 @@ impl Reader {
                         continue;
                     }
                     _ = tokio::time::sleep_until(deadline) => {
+                        if !looked_again {
+                            // The clock ran out, but the runtime may not have looked at
+                            // the socket since: a process stopped (SIGSTOP, a suspended
+                            // machine) comes back with its wait for the socket interrupted
+                            // (EINTR) and its timers expired, so the timer is seen first
+                            // and the socket's readiness not yet. Drop the receive mark
+                            // (bytes under it are then reported), let the runtime poll the
+                            // socket (a yield makes it look without waiting), and read
+                            // again before judging.
+                            looked_again = true;
+                            mark.lower();
+                            tokio::task::yield_now().await;
+                            continue;
+                        }
                         return Ended::Lost(format!("the host sent nothing for {SILENCE_TIMEOUT_MS} ms"));
                     }
                 };
                 match read {
                     Ok(0) => eof = true,
-                    Ok(n) => mark.after_read(n),
+                    Ok(n) => {
+                        looked_again = false;
+                        mark.after_read(n);
+                    }
                     Err(e) => return Ended::Lost(format!("connection lost: {e}")),
                 }
             }
