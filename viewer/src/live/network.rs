@@ -27,8 +27,10 @@ use tracing::{debug, info};
 
 /// How long to wait for the TCP connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long to wait, once connected, for the TLS handshake (if any) and the host's welcome:
-/// an ostm host answers a hello at once, so a peer silent this long is not one.
+/// How long to wait, once connected, for the first byte from the host (its TLS handshake's
+/// or its welcome's): an ostm host answers a hello at once, so a peer that sends nothing
+/// this long is not one, or is not answering. Once bytes come, the whole welcome has the
+/// silence timeout ([`SILENCE`]) from the connection.
 pub const WELCOME_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the viewer waits for anything from the host.
 pub const SILENCE: Duration = Duration::from_millis(SILENCE_TIMEOUT_MS as u64);
@@ -601,7 +603,12 @@ fn world_name(s: ostm_protocol::Setup, l: Option<ostm_protocol::Link>) -> String
     )
 }
 
-/// Connects and does the handshake: hello, welcome, attach snapshot.
+/// Connects and does the handshake: hello, welcome, attach snapshot (docs/protocol.md,
+/// "What the viewer says about a stranger"). The host must have sent something within
+/// [`WELCOME_TIMEOUT`] of the connection (its TLS handshake counts), its whole welcome
+/// within [`SILENCE`] of the connection, and its attach snapshot within [`SILENCE`] of
+/// the welcome. Every failure but a refusal, a stranger's bytes, another version or a
+/// failed TLS handshake is worth another attempt under `--reconnect`.
 async fn connect(dial: &Dial) -> Result<(Conn, Welcome, World), Refused> {
     let addr = &dial.addr;
     let tcp = match timeout(CONNECT_TIMEOUT, open(addr, dial.throttle_read.is_some())).await {
@@ -618,19 +625,66 @@ async fn connect(dial: &Dial) -> Result<(Conn, Welcome, World), Refused> {
         Ok(Ok(s)) => s,
     };
     let _ = tcp.set_nodelay(true);
-    match timeout(WELCOME_TIMEOUT, handshake(dial, tcp)).await {
+    let received = Arc::new(AtomicU64::new(0));
+    let tls_hint = if dial.tls.is_some() {
+        ""
+    } else {
+        " (a host that serves TLS waits for a TLS client: try --tls)"
+    };
+    let greet = greet(dial, tcp, received.clone());
+    tokio::pin!(greet);
+    let greeted = match timeout(WELCOME_TIMEOUT, &mut greet).await {
         Ok(r) => r,
-        Err(_) => Err(Refused::Final(format!(
-            "{addr} sent no welcome within {} ms of the hello: it is not an ostm host, or not answering{}",
+        // Nothing at all from the peer: an ostm host answers a hello at once.
+        Err(_) if received.load(Ordering::Relaxed) == 0 => Err(Refused::Unreachable(format!(
+            "{addr} sent nothing within {} ms of the hello: it is not an ostm host, or not answering{tls_hint}",
             WELCOME_TIMEOUT.as_millis(),
-            if dial.tls.is_some() { "" } else { " (a host that serves TLS waits for a TLS client: try --tls)" }
         ))),
+        // Bytes are coming: a slow link, given the silence rule.
+        Err(_) => match timeout(SILENCE.saturating_sub(WELCOME_TIMEOUT), &mut greet).await {
+            Ok(r) => r,
+            Err(_) => Err(Refused::Unreachable(format!(
+                "{addr} sent no whole welcome within {SILENCE_TIMEOUT_MS} ms of the hello ({} bytes arrived): the link is too slow, or the host has stalled",
+                received.load(Ordering::Relaxed)
+            ))),
+        },
+    };
+    let (mut conn, welcome) = greeted?;
+    match timeout(SILENCE, handshake_next(&mut conn, dial, false)).await {
+        Err(_) => Err(Refused::Unreachable(format!(
+            "{addr} sent its welcome but no attach snapshot within {SILENCE_TIMEOUT_MS} ms: the link is too slow, or the host has stalled"
+        ))),
+        Ok(next) => match next? {
+            (
+                _,
+                ToViewer::Snapshot {
+                    kind: SnapshotKind::Attach,
+                    world,
+                },
+            ) => Ok((conn, welcome, world)),
+            (_, ToViewer::End(e)) => Err(Refused::Final(format!(
+                "the host ended the stream before its snapshot ({}): {}",
+                e.reason.name(),
+                e.text
+            ))),
+            (at, other) => Err(Refused::Final(format!(
+                "{addr}: at offset {at}: expected the host's attach snapshot (0x82, kind 0), found {}",
+                name(&other)
+            ))),
+        },
     }
 }
 
-async fn handshake(dial: &Dial, tcp: TcpStream) -> Result<(Conn, Welcome, World), Refused> {
+/// The TLS handshake (if any), the hello and the host's welcome; `received` counts the
+/// bytes the peer has sent.
+async fn greet(
+    dial: &Dial,
+    tcp: TcpStream,
+    received: Arc<AtomicU64>,
+) -> Result<(Conn, Welcome), Refused> {
     let addr = &dial.addr;
     let fd = Some(std::os::fd::AsRawFd::as_raw_fd(&tcp));
+    let tcp = Counted { io: tcp, received };
     let io: Box<dyn Io> = match &dial.tls {
         Some(tls) => match tls.connector.connect(tls.name.clone(), tcp).await {
             Ok(s) => Box::new(s),
@@ -652,7 +706,7 @@ async fn handshake(dial: &Dial, tcp: TcpStream) -> Result<(Conn, Welcome, World)
             "cannot send the hello to {addr}: {e}"
         )));
     }
-    let welcome = match handshake_next(&mut conn, dial).await? {
+    let welcome = match handshake_next(&mut conn, dial, true).await? {
         (_, ToViewer::Welcome(w)) => w,
         (_, ToViewer::End(e)) => {
             return Err(Refused::Final(format!(
@@ -674,29 +728,17 @@ async fn handshake(dial: &Dial, tcp: TcpStream) -> Result<(Conn, Welcome, World)
             welcome.version
         )));
     }
-    match handshake_next(&mut conn, dial).await? {
-        (
-            _,
-            ToViewer::Snapshot {
-                kind: SnapshotKind::Attach,
-                world,
-            },
-        ) => Ok((conn, welcome, world)),
-        (_, ToViewer::End(e)) => Err(Refused::Final(format!(
-            "the host ended the stream before its snapshot ({}): {}",
-            e.reason.name(),
-            e.text
-        ))),
-        (at, other) => Err(Refused::Final(format!(
-            "{addr}: at offset {at}: expected the host's attach snapshot (0x82, kind 0), found {}",
-            name(&other)
-        ))),
-    }
+    Ok((conn, welcome))
 }
 
-/// The next handshake message. A frame that does not decode is described by the bytes the
-/// peer sent, so a viewer pointed at something that is not an ostm host says what it is.
-async fn handshake_next(conn: &mut Conn, dial: &Dial) -> Result<(u64, ToViewer), Refused> {
+/// The next handshake message. A first frame that does not decode is described by the
+/// bytes the peer sent, so a viewer pointed at something that is not an ostm host says
+/// what it is; a later one (after a welcome) is a protocol error like any in the stream.
+async fn handshake_next(
+    conn: &mut Conn,
+    dial: &Dial,
+    first: bool,
+) -> Result<(u64, ToViewer), Refused> {
     let addr = &dial.addr;
     match conn.framed.next().await {
         None => Err(Refused::Unreachable(format!(
@@ -707,14 +749,71 @@ async fn handshake_next(conn: &mut Conn, dial: &Dial) -> Result<(u64, ToViewer),
                 " (a host that serves TLS closes a plaintext connection: try --tls)"
             }
         ))),
-        Some(Err(WireError::Format(e))) => {
+        Some(Err(WireError::Format(e))) if first => {
             let seen = describe(conn.framed.read_buffer());
             Err(Refused::Final(format!(
                 "{addr} is not an ostm host: it sent {seen} ({e})"
             )))
         }
+        Some(Err(WireError::Format(e))) => Err(Refused::Final(format!("protocol error: {e}"))),
         Some(Err(WireError::Io(e))) => Err(Refused::Unreachable(format!("connection lost: {e}"))),
         Some(Ok(m)) => Ok(m),
+    }
+}
+
+/// A TCP stream that counts the bytes it has received (the TLS handshake's included).
+struct Counted {
+    io: TcpStream,
+    received: Arc<AtomicU64>,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        let got = buf.filled().len().saturating_sub(before);
+        self.received.fetch_add(got as u64, Ordering::Relaxed);
+        polled
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 }
 

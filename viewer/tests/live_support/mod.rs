@@ -411,3 +411,83 @@ pub fn raw(addr: &str) -> std::net::TcpStream {
     s.set_read_timeout(Some(LIMIT)).unwrap();
     s
 }
+
+/// The host's welcome frame as a fake host sends it (32 bytes).
+pub fn welcome_frame() -> Vec<u8> {
+    let w = ostm_protocol::wire::Welcome {
+        version: 1,
+        role: 2,
+        rate: 60,
+        heartbeat_ms: 1000,
+        ring: 512,
+        queue: 256,
+    };
+    frame_of(&ostm_protocol::wire::ToViewer::Welcome(w))
+}
+
+/// The frames of a small 2D world's handshake: welcome (32 bytes), then its attach
+/// snapshot at `step`.
+pub fn handshake_to(step: u64) -> (Vec<u8>, World) {
+    let mut world = World::new(
+        Setup {
+            dims: ostm_protocol::Dims::Two,
+            bodies: 1,
+            seed: 7,
+        },
+        None,
+    );
+    world.step = step;
+    let mut bytes = welcome_frame();
+    let snap = ostm_protocol::wire::ToViewer::Snapshot {
+        kind: ostm_protocol::wire::SnapshotKind::Attach,
+        world: world.clone(),
+    };
+    bytes.extend(frame_of(&snap));
+    (bytes, world)
+}
+
+/// One message of the host's as its frame's bytes.
+pub fn frame_of(m: &ostm_protocol::wire::ToViewer) -> Vec<u8> {
+    ostm_protocol::wire::HostCodec::encode_frame(m)
+        .expect("a frame")
+        .0
+        .to_vec()
+}
+
+/// What a scripted fake host does on one connection, in order.
+#[derive(Debug, Clone)]
+pub enum Act {
+    /// Writes these bytes.
+    Send(Vec<u8>),
+    /// Waits this long.
+    Wait(std::time::Duration),
+}
+
+/// A fake host on 127.0.0.1 that serves one connection after the other, each by its
+/// script: it reads the hello, plays the script, then closes its sending side and reads
+/// until the viewer closes. Returns its address.
+pub fn scripted_host(connections: Vec<Vec<Act>>) -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("address").to_string();
+    std::thread::spawn(move || {
+        for script in connections {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let _ = s.set_read_timeout(Some(LIMIT));
+            let mut hello = [0u8; 17];
+            let _ = s.read_exact(&mut hello);
+            for act in script {
+                match act {
+                    Act::Send(b) => {
+                        let _ = s.write_all(&b);
+                    }
+                    Act::Wait(d) => std::thread::sleep(d),
+                }
+            }
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink);
+        }
+    });
+    addr
+}
