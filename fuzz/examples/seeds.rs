@@ -4,18 +4,19 @@
 //! traces, a seek index, in-progress recordings), plus every kept crash under
 //! `fixtures/fuzz/<target>/`. Run by `scripts/fuzz` before fuzzing.
 
-use ostm_protocol::bundle::Bundle;
-use ostm_protocol::keyframe;
-use ostm_protocol::link::Link;
-use ostm_protocol::op::{encode_input, Op};
-use ostm_protocol::ospc::PoseCache;
-use ostm_protocol::seek::write_index;
-use ostm_protocol::trace::{trace_replay, ReplayStream};
+use ostm_protocol::format::bundle::Bundle;
+use ostm_protocol::format::keyframe;
+use ostm_protocol::sim::link::Link;
+use ostm_protocol::sim::op::{encode_input, Op};
+use ostm_protocol::format::ospc::PoseCache;
+use ostm_protocol::format::seek::write_index;
+use ostm_protocol::format::replay_stream::ReplayStream;
+use ostm_protocol::format::trace::trace_replay;
 use ostm_protocol::wire::{
     DriftReply, DriftStatus, End, EndReason, Hello, HostCodec, Record, SnapshotKind, ToHost,
     ToViewer, ViewerCodec, Welcome, VERSION,
 };
-use ostm_protocol::world::{Dims, Setup, World};
+use ostm_protocol::sim::world::{Dims, Setup, World};
 use ostm_protocol::Replay;
 use std::path::{Path, PathBuf};
 

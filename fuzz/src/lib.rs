@@ -14,21 +14,22 @@
 //! the same code. `docs/reliability.md` lists the targets and what was found.
 
 use bytes::BytesMut;
-use ostm_protocol::bundle::Bundle;
 use ostm_protocol::cursor::Cursor;
-use ostm_protocol::keyframe;
-use ostm_protocol::op::{decode_input, encode_input, Op};
-use ostm_protocol::ospc::PoseCache;
-use ostm_protocol::ostm::{start_world, Header, Replay, Verdict, FLAG_HASHES, MAX_STEPS};
-use ostm_protocol::recording::journal::AssembleError;
-use ostm_protocol::recording::{assemble, Assembled, JOURNAL_MAGIC};
-use ostm_protocol::seek;
-use ostm_protocol::trace::{format_row, setup_line, ReplayStream, ReplayTracer, TraceReader};
+use ostm_protocol::format::bundle::Bundle;
+use ostm_protocol::format::keyframe;
+use ostm_protocol::format::ospc::PoseCache;
+use ostm_protocol::format::ostm::{start_world, Header, Replay, Verdict, FLAG_HASHES, MAX_STEPS};
+use ostm_protocol::format::recording::journal::AssembleError;
+use ostm_protocol::format::recording::{assemble, Assembled, JOURNAL_MAGIC};
+use ostm_protocol::format::replay_stream::{ReplayStream, ReplayTracer};
+use ostm_protocol::format::seek;
+use ostm_protocol::format::trace::{format_row, setup_line, TraceReader};
+use ostm_protocol::sim::op::{decode_input, encode_input, Op};
+use ostm_protocol::sim::world::World;
 use ostm_protocol::wire::msg::Message;
 use ostm_protocol::wire::{
     Codec, HostCodec, ToHost, ToViewer, ViewerCodec, WireError, MAX_FRAME_LEN, VERSION,
 };
-use ostm_protocol::world::World;
 use ostm_protocol::FormatError;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,7 +127,7 @@ pub fn replay(data: &[u8]) {
     }
 }
 
-/// `trace::ReplayStream` (a step at a time, hash rows on demand) against
+/// `replay_stream::ReplayStream` (a step at a time, hash rows on demand) against
 /// `Replay::from_bytes` (the whole file): both accept exactly the same files, with the
 /// same error (input, offset, message) for a refused one, and the same header, ops and
 /// hash rows for an accepted one; `ReplayTracer`'s worlds hash to the computed rows.

@@ -17,7 +17,7 @@
 use crate::direct::{Direct, Round};
 use crate::unpoisoned::unpoisoned;
 use bytes::Bytes;
-use ostm_protocol::op::for_each_op;
+use ostm_protocol::sim::op::for_each_op;
 use ostm_protocol::wire::{DriftReply, DriftStatus, EncodedFrame, End};
 use ostm_protocol::World;
 use std::collections::VecDeque;
@@ -441,7 +441,7 @@ fn prefetch<T>(p: *const T) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ostm_protocol::op::encode_input;
+    use ostm_protocol::sim::op::encode_input;
     use ostm_protocol::wire::{HostCodec, Record, ToViewer};
     use ostm_protocol::{Dims, Op, Setup};
 

@@ -8,11 +8,11 @@ use crate::pending::Pending;
 use crate::source::{Source, DEFAULT_SETUP};
 use crate::stepper::{self, Plan};
 use ostm_protocol::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
-use ostm_protocol::recording::check_target;
+use ostm_protocol::format::recording::check_target;
+use ostm_protocol::sim::world::MAX_BODIES;
 use ostm_protocol::wire::{
     End, EndReason, PeerRole, Welcome, DEFAULT_PORT, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
 };
-use ostm_protocol::world::MAX_BODIES;
 use ostm_protocol::{Dims, Setup};
 use std::future::Future;
 use std::io::{IsTerminal, Write};

@@ -3,9 +3,9 @@
 //! an imported keyframe (`--from-keyframe`) instead of its own start.
 
 use bytes::Bytes;
-use ostm_protocol::keyframe;
-use ostm_protocol::op::encode_input;
-use ostm_protocol::scenario::Scenario;
+use ostm_protocol::format::keyframe;
+use ostm_protocol::sim::op::encode_input;
+use ostm_protocol::sim::scenario::Scenario;
 use ostm_protocol::{Dims, Op, Replay, Setup, World};
 use std::path::Path;
 use tracing::info;

@@ -5,7 +5,7 @@ use crate::hub::Hub;
 use crate::publish::Feed;
 use crate::source::Source;
 use bytes::BytesMut;
-use ostm_protocol::recording::{Durability, Recorder};
+use ostm_protocol::format::recording::{Durability, Recorder};
 use ostm_protocol::wire::{EncodedFrame, End, EndReason, HostCodec, Record, ToViewer, WireError};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! (every 4096 steps) and runs on.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ostm_protocol::seek::{default_index_path, run_to, seek, write_index, DEFAULT_EVERY};
+use ostm_protocol::format::seek::{default_index_path, run_to, seek, write_index, DEFAULT_EVERY};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("long.ostm");
     // 3D, 24 bodies, an impulse on one body every 100 steps so the world keeps moving.
-    ostm_protocol::testdata::write_moving_replay(&path, 24, steps).expect("the replay");
+    ostm_protocol::sim::testdata::write_moving_replay(&path, 24, steps).expect("the replay");
     let index = default_index_path(&path);
     write_index(&path, &index, DEFAULT_EVERY, |_| {}).expect("index");
     // The middle, plus a little so the seek runs on from its keyframe.

@@ -14,7 +14,7 @@
 //! Run: `cargo bench -p ostm-protocol --bench step`. Results go in `docs/performance.md`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ostm_protocol::world::{Dims, Kernel};
+use ostm_protocol::sim::world::{Dims, Kernel};
 use ostm_protocol::{Replay, World};
 use std::hint::black_box;
 use std::path::PathBuf;

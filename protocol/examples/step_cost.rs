@@ -6,7 +6,7 @@
 //! with CASE one of `xxhash-rust`, `twox-hash` (XXH3-64 of a buffer the snapshot's size),
 //! `hash` (the world hash), `step`, `step+hash`, `scalar+hash`.
 
-use ostm_protocol::world::Dims;
+use ostm_protocol::sim::world::Dims;
 use ostm_protocol::World;
 use std::hint::black_box;
 use std::process::ExitCode;

@@ -25,7 +25,7 @@
 //! JSON object per line, snake_case keys).
 //! Exit 0, or 2 on a bad argument.
 
-use ostm_protocol::world::{Dims, Kernel};
+use ostm_protocol::sim::world::{Dims, Kernel};
 use ostm_protocol::World;
 use std::hint::black_box;
 use std::io::Write;

@@ -2,7 +2,7 @@
 //! (`ostm-viewer attach --record`, `ostm-host serve --record`) and the shared secret
 //! (`--token`, `--token-file`, `OSTM_TOKEN`).
 
-use crate::recording::Durability;
+use crate::format::recording::Durability;
 use crate::wire::MAX_TOKEN_LEN;
 use std::path::PathBuf;
 

@@ -3,8 +3,8 @@
 //!
 //! Regenerate with `OSTM_WRITE_CORPUS=1 cargo test -p ostm-protocol --test corpus`.
 
-use ostm_protocol::bundle::Bundle;
-use ostm_protocol::world::{move_axis, Dims, Setup, World};
+use ostm_protocol::format::bundle::Bundle;
+use ostm_protocol::sim::world::{move_axis, Dims, Setup, World};
 use ostm_protocol::{Op, Replay};
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! `testdata/golden.json` holds every replay's final hash and behaviour numbers; running
 //! the committed replays now must give the same numbers. `scripts/write-golden` rewrites it.
 
-use ostm_protocol::testdata::{
+use ostm_protocol::sim::testdata::{
     golden_changes, golden_of_dir, Golden, GoldenChange, GOLDEN_FILE, GOLDEN_FORMAT,
 };
 use std::path::PathBuf;

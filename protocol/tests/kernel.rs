@@ -1,5 +1,5 @@
 //! `World::step`'s vector kernels (stages 2 to 4 sixteen bodies at a time, with AVX-512 in
-//! 32-bit lanes or with AVX2 in 16-bit lanes, `protocol/src/world/simd/`) against the
+//! 32-bit lanes or with AVX2 in 16-bit lanes, `protocol/src/sim/world/simd/`) against the
 //! reference: `World::step_scalar`, the body by body pass, and the four stages run one after
 //! another (`World::run_stage`). Every kernel this CPU has (`Kernel::available`, run through
 //! `World::step_with`) must give the same world as both after every step of random worlds
@@ -10,7 +10,7 @@
 //! 1..=64 (chunks of 16, 8 and the rest).
 //!
 //! After every step the world hash, which reads the snapshot where it lies in memory (the
-//! header kept right before the bodies, `protocol/src/world/bodies.rs`), must equal
+//! header kept right before the bodies, `protocol/src/sim/world/bodies.rs`), must equal
 //! xxhash-rust's one-shot XXH3-64 of the snapshot bytes; the stages leave the header
 //! stale after stage 1 changes gravity, and a third test edits the world's fields by hand,
 //! so both the in-place path and the path that puts the bytes together are held to it.
@@ -22,8 +22,8 @@
 //! second test shows that the random worlds reach each of those cases many times, so that
 //! a kernel wrong in any one of them would fail the first.
 
-use ostm_protocol::op::Op;
-use ostm_protocol::world::{Body, Dims, Kernel, Setup, Stage, World, BOX_MM};
+use ostm_protocol::sim::op::Op;
+use ostm_protocol::sim::world::{Body, Dims, Kernel, Setup, Stage, World, BOX_MM};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
@@ -303,7 +303,7 @@ fn the_world_hash_follows_fields_edited_by_hand() {
 }
 
 /// The AVX-512 kernel keeps each chunk's fields from one step to the next (`Lanes` in
-/// `protocol/src/world/bodies.rs`) and reads them instead of the slots while nothing else
+/// `protocol/src/sim/world/bodies.rs`) and reads them instead of the slots while nothing else
 /// has written the slots. Here every other way to write them comes between two kernel
 /// steps: each changes what the next steps compute, so a kernel that read lanes left stale
 /// by it would part from the scalar pass, which gets the same writes.

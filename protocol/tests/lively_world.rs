@@ -2,7 +2,7 @@
 //! lively phase") keeps the host's embedded default world full of moving bodies at steps
 //! 10^5, 10^6 and 10^7, where the schedule alone left it empty from step 100 000 on.
 
-use ostm_protocol::scenario::{Scenario, LIVELY_FROM};
+use ostm_protocol::sim::scenario::{Scenario, LIVELY_FROM};
 use ostm_protocol::{Dims, Setup, World};
 
 /// The host's embedded default world (`ostm-host serve` with no world options).

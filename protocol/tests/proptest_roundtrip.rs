@@ -7,9 +7,9 @@
 //! - Random bytes, and random mutations of a valid file, never panic the reader; an error
 //!   points inside the input, and any file the reader accepts writes back byte for byte.
 
-use ostm_protocol::link::{Link, Role};
-use ostm_protocol::op::Op;
-use ostm_protocol::world::{Dims, Setup, World};
+use ostm_protocol::sim::link::{Link, Role};
+use ostm_protocol::sim::op::Op;
+use ostm_protocol::sim::world::{Dims, Setup, World};
 use ostm_protocol::{Replay, Verdict};
 use proptest::prelude::*;
 

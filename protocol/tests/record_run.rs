@@ -4,7 +4,7 @@
 //! and the same first error, at the same offset, as decoding every frame with the codec.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use ostm_protocol::op::{for_each_op, Op};
+use ostm_protocol::sim::op::{for_each_op, Op};
 use ostm_protocol::wire::{Codec, End, EndReason, Record, ToViewer, ViewerCodec};
 use proptest::prelude::*;
 use tokio_util::codec::Decoder;

@@ -3,8 +3,8 @@
 //! alone and says where; a clean finish writes exactly the bytes `Replay::to_bytes`
 //! writes. A planted fault (flushing switched off) loses what the flushes would have kept.
 
-use ostm_protocol::recording::journal::AssembleError;
-use ostm_protocol::recording::{assemble, journal_path, Durability, Recorder};
+use ostm_protocol::format::recording::journal::AssembleError;
+use ostm_protocol::format::recording::{assemble, journal_path, Durability, Recorder};
 use ostm_protocol::{Replay, Verdict};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -238,7 +238,7 @@ fn a_part_file_appears_with_its_header_and_a_stray_new_file_is_replaced() {
     let r = read("test-10000.ostm");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fresh.ostm");
-    let fresh = ostm_protocol::recording::journal::fresh_path(&out);
+    let fresh = ostm_protocol::format::recording::journal::fresh_path(&out);
     assert_eq!(fresh, dir.path().join("fresh.ostm.part.new"));
     std::fs::write(&fresh, b"left by a killed writer").unwrap();
     let rec = record(&r, &out, 0, Durability::default());

@@ -3,8 +3,8 @@
 //! uninterrupted run, matching every later hash row. A planted one-unit velocity change
 //! after a restore is caught, so the check cannot pass vacuously.
 
-use ostm_protocol::testdata::specs;
-use ostm_protocol::world::BOX_MM;
+use ostm_protocol::sim::testdata::specs;
+use ostm_protocol::sim::world::BOX_MM;
 use ostm_protocol::{Op, Replay, Role, Stage, World};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -118,7 +118,7 @@ fn every_replay_restores_at_steps_from_its_own_run() {
             "two thirds of the way",
         ] {
             // A replay that starts with every slot taken (the start-snapshot one) cannot spawn.
-            let full = r.start_world().bodies.len() == ostm_protocol::world::MAX_BODIES;
+            let full = r.start_world().bodies.len() == ostm_protocol::sim::world::MAX_BODIES;
             if needed == "first spawn" && full {
                 continue;
             }

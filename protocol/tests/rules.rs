@@ -1,9 +1,9 @@
 //! The simulation's rules, each checked against values computed by hand from
 //! `docs/test-module.md` (the working is in the comments), never copied from a run.
 
-use ostm_protocol::link::{Link, Role};
-use ostm_protocol::rng::Sfc32;
-use ostm_protocol::world::{Body, Dims, Setup, Stage, World};
+use ostm_protocol::sim::link::{Link, Role};
+use ostm_protocol::sim::rng::Sfc32;
+use ostm_protocol::sim::world::{Body, Dims, Setup, Stage, World};
 use ostm_protocol::Op;
 
 const MIN: i32 = i32::MIN;
@@ -652,7 +652,7 @@ fn the_hash_is_xxh3_64_of_the_snapshot_bytes() {
 /// stages one after another, on every step of a busy scenario in 2D and 3D, links included.
 #[test]
 fn fused_step_equals_the_four_stages_in_order() {
-    use ostm_protocol::scenario::Scenario;
+    use ostm_protocol::sim::scenario::Scenario;
     let setups = [
         (
             Setup {

@@ -1,10 +1,10 @@
 //! The committed `testdata/` is exactly what the generator makes now, and the generated
 //! replays hold what `docs/testdata.md` promises (every op kind, the cap, the extremes …).
 
-use ostm_protocol::ostm::{FLAG_HASHES, FLAG_LINK, FLAG_START_SNAPSHOT};
-use ostm_protocol::scenario::LIVELY_FROM;
-use ostm_protocol::testdata::{self, specs};
-use ostm_protocol::world::{Dims, BOX_MM, DEFAULT_GRAVITY, MAX_BODIES};
+use ostm_protocol::format::ostm::{FLAG_HASHES, FLAG_LINK, FLAG_START_SNAPSHOT};
+use ostm_protocol::sim::scenario::LIVELY_FROM;
+use ostm_protocol::sim::testdata::{self, specs};
+use ostm_protocol::sim::world::{Dims, BOX_MM, DEFAULT_GRAVITY, MAX_BODIES};
 use ostm_protocol::{Op, OpKind, Replay, Role, Verdict, World};
 use std::path::PathBuf;
 

@@ -3,9 +3,9 @@
 //! every `text` block that starts with `seed ` (sfc32) or `setup ` (a world and its steps),
 //! and the table of the bodies of seed 7.
 
-use ostm_protocol::rng::{Sfc32, SEED_DISCARD};
-use ostm_protocol::trace::format_row;
-use ostm_protocol::world::{Dims, Setup, World};
+use ostm_protocol::format::trace::format_row;
+use ostm_protocol::sim::rng::{Sfc32, SEED_DISCARD};
+use ostm_protocol::sim::world::{Dims, Setup, World};
 
 const DOC: &str = include_str!("../../docs/test-module.md");
 

@@ -4,12 +4,14 @@
 //! first difference, step lookups, bundles and recovery all count modulo 2^64, and nothing
 //! panics (these tests run with overflow checks on).
 
-use ostm_protocol::bundle::Bundle;
-use ostm_protocol::keyframe;
-use ostm_protocol::link::{Link, Role};
-use ostm_protocol::ostm::row_of;
-use ostm_protocol::trace::{compare, trace_replay, Outcome, ReplayStream, RowSource, TraceReader};
-use ostm_protocol::world::{Dims, Setup, World};
+use ostm_protocol::format::bundle::Bundle;
+use ostm_protocol::format::compare::{compare, Outcome, RowSource};
+use ostm_protocol::format::keyframe;
+use ostm_protocol::format::ostm::row_of;
+use ostm_protocol::format::replay_stream::ReplayStream;
+use ostm_protocol::format::trace::{trace_replay, TraceReader};
+use ostm_protocol::sim::link::{Link, Role};
+use ostm_protocol::sim::world::{Dims, Setup, World};
 use ostm_protocol::{Replay, Verdict};
 
 const START: u64 = u64::MAX - 3;
@@ -210,7 +212,7 @@ fn a_bundle_and_a_recovered_recording_keep_the_wrapped_steps() {
     let journal = dir.path().join("rec.ostm.part");
     std::fs::write(&journal, &part).expect("write");
     let out = dir.path().join("rec.ostm");
-    let done = ostm_protocol::recording::assemble(&journal, &out, true).expect("assembles");
+    let done = ostm_protocol::format::recording::assemble(&journal, &out, true).expect("assembles");
     assert_eq!(
         (done.start_step, done.steps, done.end_step()),
         (START, 8, 4)
@@ -221,7 +223,7 @@ fn a_bundle_and_a_recovered_recording_keep_the_wrapped_steps() {
     let at = part.len() - 4 * (2 + 8) + 2;
     part[at] ^= 1;
     std::fs::write(&journal, &part).expect("write");
-    let done = ostm_protocol::recording::assemble(&journal, &out, true).expect("assembles");
+    let done = ostm_protocol::format::recording::assemble(&journal, &out, true).expect("assembles");
     assert_eq!(done.steps, 4);
     let why = done.dropped.expect("dropped").why;
     assert!(why.starts_with("the hash row of step 1 is "), "{why}");

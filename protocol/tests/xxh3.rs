@@ -1,4 +1,4 @@
-//! The world hash's XXH3-64 (`ostm_protocol::world::xxh3_64_with`, which for inputs longer
+//! The world hash's XXH3-64 (`ostm_protocol::sim::world::xxh3_64_with`, which for inputs longer
 //! than 240 bytes takes a loop of its own on 512-bit vectors or on 256-bit ones, and
 //! twox-hash otherwise), on every path this CPU has (`Kernel::ALL` that are available;
 //! `Scalar` is twox-hash), against xxhash-rust's one-shot XXH3-64, the value the format
@@ -7,7 +7,7 @@
 //! whole blocks, of stripes after them and of bytes in the last one), on every snapshot
 //! length (12 + 32 n for n = 1..=64), and on random bytes of random lengths.
 
-use ostm_protocol::world::{xxh3_64, xxh3_64_with, Kernel};
+use ostm_protocol::sim::world::{xxh3_64, xxh3_64_with, Kernel};
 use proptest::prelude::*;
 
 /// `len` bytes that differ from one length and one place to the next.

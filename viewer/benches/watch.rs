@@ -295,7 +295,7 @@ async fn refresh_rate(b: &Browser) -> f64 {
 /// Writes a replay of `steps` steps (3D, `bodies` bodies, an impulse every 100 steps,
 /// nothing spawned or removed).
 fn long_replay(path: &std::path::Path, bodies: u8, steps: u32) {
-    ostm_protocol::testdata::write_moving_replay(path, bodies, steps).expect("the replay");
+    ostm_protocol::sim::testdata::write_moving_replay(path, bodies, steps).expect("the replay");
 }
 
 /// Opens `url` and shows 40 steps spread over `0..=steps`; returns the times (ms) from each

@@ -3,8 +3,8 @@
 
 mod support;
 
-use ostm_protocol::ospc::PoseCache;
-use ostm_protocol::world::{Body, Setup};
+use ostm_protocol::format::ospc::PoseCache;
+use ostm_protocol::sim::world::{Body, Setup};
 use ostm_protocol::{Dims, Link, Op, Replay, Role, World};
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -4,8 +4,8 @@
 //! field's value. `UPDATE_GOLDEN=1 cargo test -p ostm-viewer --test golden_svg` rewrites
 //! the goldens after an intended change of the picture.
 
-use ostm_protocol::fields;
-use ostm_protocol::ospc::PoseCache;
+use ostm_protocol::format::ospc::PoseCache;
+use ostm_protocol::sim::fields;
 use ostm_protocol::{Replay, World};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -6,7 +6,7 @@
 mod live_support;
 
 use live_support::*;
-use ostm_protocol::bundle::Bundle;
+use ostm_protocol::format::bundle::Bundle;
 use std::path::Path;
 
 const STEP: u64 = 3000;

@@ -140,7 +140,7 @@ fn honest(n: u64) -> (Vec<u8>, Vec<Vec<u8>>) {
         kind: SnapshotKind::Attach,
         world: world.clone(),
     });
-    let mut scenario = ostm_protocol::scenario::Scenario::new(setup.seed);
+    let mut scenario = ostm_protocol::sim::scenario::Scenario::new(setup.seed);
     let mut recs = Vec::new();
     for _ in 0..n {
         let ops = scenario.next_input(&world);
@@ -149,7 +149,7 @@ fn honest(n: u64) -> (Vec<u8>, Vec<Vec<u8>>) {
         recs.push(frame(&ToViewer::Record(Record {
             step,
             hash: world.hash(),
-            input: Bytes::from(ostm_protocol::op::encode_input(&ops)),
+            input: Bytes::from(ostm_protocol::sim::op::encode_input(&ops)),
         })));
     }
     (key, recs)

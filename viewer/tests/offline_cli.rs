@@ -3,9 +3,9 @@
 
 mod support;
 
-use ostm_protocol::link::{Link, Role};
-use ostm_protocol::op::Op;
-use ostm_protocol::world::{Dims, Setup, World};
+use ostm_protocol::sim::link::{Link, Role};
+use ostm_protocol::sim::op::Op;
+use ostm_protocol::sim::world::{Dims, Setup, World};
 use ostm_protocol::Replay;
 use std::path::{Path, PathBuf};
 use support::*;
@@ -16,9 +16,9 @@ fn hex(h: u64) -> String {
 
 /// 3D, 2 bodies, seed 1, a sender link (body 1 at step 5), a start snapshot at step 3,
 /// and four steps: one op of each kind over the first three, then an empty step
-/// ([`ostm_protocol::testdata::linked_start`] plus the steps).
+/// ([`ostm_protocol::sim::testdata::linked_start`] plus the steps).
 fn linked_replay() -> Replay {
-    let mut r = ostm_protocol::testdata::linked_start();
+    let mut r = ostm_protocol::sim::testdata::linked_start();
     r.inputs.push_ops(&[
         Op::Impulse {
             body: 0,

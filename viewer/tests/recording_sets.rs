@@ -4,7 +4,7 @@
 
 mod support;
 
-use ostm_protocol::link::{Link, Role};
+use ostm_protocol::sim::link::{Link, Role};
 use ostm_protocol::Replay;
 use std::path::{Path, PathBuf};
 use support::*;

@@ -3,8 +3,8 @@
 
 mod support;
 
-use ostm_protocol::op::Op;
-use ostm_protocol::world::{Dims, Setup, World};
+use ostm_protocol::sim::op::Op;
+use ostm_protocol::sim::world::{Dims, Setup, World};
 use ostm_protocol::Replay;
 use std::path::{Path, PathBuf};
 use support::*;
@@ -718,7 +718,7 @@ fn seek_agrees_with_a_full_replay() {
         assert_eq!(v["keyframe_step"], step / 64 * 64);
         assert_eq!(v["matches_recording"], true);
         let mut row = String::new();
-        ostm_protocol::trace::format_row(&mut row, w, w.hash());
+        ostm_protocol::format::trace::format_row(&mut row, w, w.hash());
         assert_eq!(v["trace"], row.trim_end());
     }
     let (code, _, err) = run(&["seek", s(&path), "--step", "401"]);

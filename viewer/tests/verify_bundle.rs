@@ -5,7 +5,7 @@
 
 mod support;
 
-use ostm_protocol::world::{Dims, Setup};
+use ostm_protocol::sim::world::{Dims, Setup};
 use ostm_protocol::Replay;
 use support::*;
 

@@ -4,8 +4,8 @@
 //! commands and their output are read from the page, so the page cannot drift from what
 //! the tools print.
 
-use ostm_protocol::link::{Link, Role};
-use ostm_protocol::world::{Dims, Setup, World};
+use ostm_protocol::sim::link::{Link, Role};
+use ostm_protocol::sim::world::{Dims, Setup, World};
 use ostm_protocol::Replay;
 use std::path::Path;
 use std::process::Command;

@@ -1,8 +1,8 @@
 //! The worlds that `benches/step.rs` and `examples/step_cost.rs` step: one module, so that
 //! the bench's times and the example's instruction counts are of the same work.
 
-use ostm_protocol::scenario::Scenario;
-use ostm_protocol::world::{Dims, Setup};
+use ostm_protocol::sim::scenario::Scenario;
+use ostm_protocol::sim::world::{Dims, Setup};
 use ostm_protocol::{Op, World};
 
 /// A world with `bodies` slots alive, run 100 steps so bodies are mid-flight.

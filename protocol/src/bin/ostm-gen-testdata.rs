@@ -1,6 +1,6 @@
 //! `ostm-gen-testdata [DIR]`: writes every generated replay into DIR (default `testdata`).
 
-use ostm_protocol::testdata;
+use ostm_protocol::sim::testdata;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -1,7 +1,7 @@
 //! `ostm-write-golden [--check] [DIR]`: recomputes DIR/golden.json from DIR's replays and
 //! prints every number that changed.
 
-use ostm_protocol::testdata::{self, Golden, GOLDEN_FILE};
+use ostm_protocol::sim::testdata::{self, Golden, GOLDEN_FILE};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -7,9 +7,9 @@
 use super::{PeerRole, MAGIC, MAX_TEXT_LEN, MAX_TOKEN_LEN, VERSION};
 use crate::cursor::Cursor;
 use crate::error::FormatError;
-use crate::link::Link;
-use crate::op::for_each_op;
-use crate::world::{
+use crate::sim::link::Link;
+use crate::sim::op::for_each_op;
+use crate::sim::world::{
     Setup, World, BODY_BYTES, MAX_SNAPSHOT_BYTES, SETUP_BYTES, SNAPSHOT_HEADER_BYTES,
 };
 use bytes::{BufMut, Bytes, BytesMut};

@@ -9,7 +9,7 @@ use super::msg::record_body;
 use super::MAX_FRAME_LEN;
 use crate::cursor::Cursor;
 use crate::error::FormatError;
-use crate::op::{for_each_op, Op};
+use crate::sim::op::{for_each_op, Op};
 use bytes::{Buf, Bytes, BytesMut};
 use std::sync::Arc;
 

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::error::FormatError;
-use crate::link::{Link, Role};
-use crate::world::{Dims, Setup, World};
+use crate::sim::link::{Link, Role};
+use crate::sim::world::{Dims, Setup, World};
 use bytes::{Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 

@@ -9,7 +9,7 @@ use crate::live::drift::{default_bundle_path, write_bundle};
 use crate::live::session::{self, Event, Options, Outcome, Status, Stop};
 use crate::live::tls::TlsArgs;
 use ostm_protocol::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
-use ostm_protocol::fields::{density_decimal, Fields};
+use ostm_protocol::sim::fields::{density_decimal, Fields};
 use ostm_protocol::World;
 use std::io::{IsTerminal, Write};
 use std::path::Path;

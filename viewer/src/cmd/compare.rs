@@ -2,7 +2,7 @@
 
 use crate::exit::{fail, Exit};
 use crate::render::{parse_offset, world_at};
-use ostm_protocol::ospc::{deviations, Deviation, PoseCache};
+use ostm_protocol::format::ospc::{deviations, Deviation, PoseCache};
 use ostm_protocol::Replay;
 use serde_json::json;
 use std::path::PathBuf;

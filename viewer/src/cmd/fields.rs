@@ -2,7 +2,9 @@
 
 use crate::exit::{fail, Exit};
 use crate::render::read_world_at;
-use ostm_protocol::fields::{self, density_decimal, Fields, CELL_MM, DENSITY_ONE, GRID, VERTICES};
+use ostm_protocol::sim::fields::{
+    self, density_decimal, Fields, CELL_MM, DENSITY_ONE, GRID, VERTICES,
+};
 use ostm_protocol::{Dims, World};
 use serde_json::json;
 

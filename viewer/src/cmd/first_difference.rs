@@ -1,7 +1,7 @@
 //! `ostm-viewer first-difference`: where two runs part, compared by step number.
 
 use crate::exit::{fail, Exit};
-use ostm_protocol::trace::{compare, Compared, Comparison, Held, Outcome, RowSource};
+use ostm_protocol::format::compare::{compare, Compared, Comparison, Held, Outcome, RowSource};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 

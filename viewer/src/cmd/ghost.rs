@@ -3,7 +3,7 @@
 
 use crate::exit::{fail, Exit};
 use crate::render::parse_offset;
-use ostm_protocol::ospc::PoseCache;
+use ostm_protocol::format::ospc::PoseCache;
 use ostm_protocol::Replay;
 use serde_json::json;
 use std::path::PathBuf;

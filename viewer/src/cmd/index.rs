@@ -1,7 +1,7 @@
 //! `ostm-viewer index`: writes the seek index (keyframes every K steps) beside a replay.
 
 use crate::exit::{fail, Exit};
-use ostm_protocol::seek::{default_index_path, write_index, DEFAULT_EVERY};
+use ostm_protocol::format::seek::{default_index_path, write_index, DEFAULT_EVERY};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 

@@ -2,7 +2,7 @@
 //! prints what it holds. The JSON object is documented in `docs/replay-format.md`.
 
 use crate::exit::{fail, Exit};
-use ostm_protocol::ostm::{FLAG_HASHES, FLAG_LINK, FLAG_START_SNAPSHOT, MAGIC, VERSION};
+use ostm_protocol::format::ostm::{FLAG_HASHES, FLAG_LINK, FLAG_START_SNAPSHOT, MAGIC, VERSION};
 use ostm_protocol::{FormatError, Link, OpKind, Replay};
 use serde::Serialize;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `ostm-viewer keyframe`: the world at a step as a `molen/keyframe@1` JSON file.
 
 use crate::exit::{fail, Exit};
-use ostm_protocol::keyframe::{to_json_pretty, DEFAULT_TICK_RATE};
+use ostm_protocol::format::keyframe::{to_json_pretty, DEFAULT_TICK_RATE};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -33,7 +33,7 @@ pub struct Args {
 
 /// Runs `keyframe`.
 pub fn run(args: Args) -> Exit {
-    let world = match ostm_protocol::seek::run_to(&args.file, args.step) {
+    let world = match ostm_protocol::format::seek::run_to(&args.file, args.step) {
         Ok(w) => w,
         Err(e) => return fail(e),
     };

@@ -2,8 +2,8 @@
 //! valid `.ostm` holding the longest whole prefix.
 
 use crate::exit::Exit;
-use ostm_protocol::recording::journal::AssembleError;
-use ostm_protocol::recording::{assemble, journal_path, Assembled};
+use ostm_protocol::format::recording::journal::AssembleError;
+use ostm_protocol::format::recording::{assemble, journal_path, Assembled};
 use std::path::{Path, PathBuf};
 
 /// Arguments of `recover`.

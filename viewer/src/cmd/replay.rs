@@ -1,7 +1,7 @@
 //! `ostm-viewer replay`: reproduces the failure a bundle holds.
 
 use crate::exit::{fail, Exit};
-use ostm_protocol::bundle::Bundle;
+use ostm_protocol::format::bundle::Bundle;
 use std::path::PathBuf;
 
 /// Arguments of `replay`.
@@ -31,7 +31,7 @@ pub fn run(args: Args) -> Exit {
     };
     let report = bundle.check();
     if args.json {
-        let m = |m: &ostm_protocol::bundle::Mismatch| {
+        let m = |m: &ostm_protocol::format::bundle::Mismatch| {
             serde_json::json!({
                 "step": m.step,
                 "row": m.row,

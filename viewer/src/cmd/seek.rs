@@ -1,7 +1,7 @@
 //! `ostm-viewer seek`: the world at a step, from the nearest indexed keyframe.
 
 use crate::exit::{fail, Exit};
-use ostm_protocol::seek::{default_index_path, seek};
+use ostm_protocol::format::seek::{default_index_path, seek};
 use std::path::PathBuf;
 
 /// Arguments of `seek`.
@@ -51,7 +51,7 @@ pub fn run(args: Args) -> Exit {
     let hash = s.world.hash();
     let matches = s.recorded_hash.map(|r| r == hash);
     let mut row = String::new();
-    ostm_protocol::trace::format_row(&mut row, &s.world, hash);
+    ostm_protocol::format::trace::format_row(&mut row, &s.world, hash);
     if args.json {
         let mut v = serde_json::json!({
             "step": s.world.step,

@@ -1,7 +1,8 @@
 //! `ostm-viewer trace`: one line per step of a replay, every field exact.
 
 use crate::exit::{fail, Exit};
-use ostm_protocol::trace::{trace_replay, trace_replay_watched, ReplayStream, TraceError};
+use ostm_protocol::format::replay_stream::ReplayStream;
+use ostm_protocol::format::trace::{trace_replay, trace_replay_watched, TraceError};
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

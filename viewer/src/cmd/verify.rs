@@ -5,7 +5,7 @@
 
 use crate::cmd::inspect::{error_json, hex, malformed, read};
 use crate::exit::{fail, Exit};
-use ostm_protocol::trace::setup_line;
+use ostm_protocol::format::trace::setup_line;
 use ostm_protocol::{Replay, Verdict};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -183,11 +183,11 @@ fn beside(file: &Path) -> PathBuf {
 fn verify_one(opts: &Opts<'_>, replay: &Replay) -> Result<Report, String> {
     // The step the run starts from: the keyframe's tick, else the file's start step.
     let (verdict, from) = match opts.from_keyframe {
-        Some(k) => ostm_protocol::keyframe::read_file(k)
+        Some(k) => ostm_protocol::format::keyframe::read_file(k)
             .map_err(|e| e.to_string())
             .and_then(|kf| {
                 let from = kf.world.step;
-                ostm_protocol::keyframe::verify_from(replay, kf.world)
+                ostm_protocol::format::keyframe::verify_from(replay, kf.world)
                     .map(|v| (v, from))
                     .map_err(|e| format!("{}: {e}", k.display()))
             })?,
@@ -332,7 +332,7 @@ fn mismatched(opts: &Opts<'_>, replay: &Replay, from: u64, m: Mismatch) -> Repor
 fn write_bundle(opts: &Opts<'_>, replay: &Replay, m: Mismatch, path: PathBuf) -> Written {
     let mut world = match opts.from_keyframe {
         Some(k) => {
-            ostm_protocol::keyframe::read_file(k)
+            ostm_protocol::format::keyframe::read_file(k)
                 .map_err(|e| e.to_string())?
                 .world
         }
@@ -352,7 +352,7 @@ fn write_bundle(opts: &Opts<'_>, replay: &Replay, m: Mismatch, path: PathBuf) ->
         m.row,
         m.step
     );
-    let bundle = ostm_protocol::bundle::Bundle::from_mismatch(
+    let bundle = ostm_protocol::format::bundle::Bundle::from_mismatch(
         replay,
         m.row,
         m.actual,

@@ -7,9 +7,9 @@
 //! ([`DriftReport::bundle`]), which the command writes with [`write_bundle`] where its
 //! `--bundle`/`--record` options say ([`default_bundle_path`]).
 
-use ostm_protocol::bundle::Bundle;
+use ostm_protocol::format::bundle::Bundle;
+use ostm_protocol::sim::world::{first_difference, FieldDiff};
 use ostm_protocol::wire::{DriftReply, DriftStatus};
-use ostm_protocol::world::{first_difference, FieldDiff};
 use ostm_protocol::{Stage, World};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -200,7 +200,7 @@ pub fn write_bundle(report: &DriftReport, path: &Path) -> Result<PathBuf, String
 
 fn decode(input: &[u8]) -> Vec<ostm_protocol::Op> {
     // The codec checked the input when the record arrived.
-    ostm_protocol::op::decode_input("record", input, 0).unwrap_or_default()
+    ostm_protocol::sim::op::decode_input("record", input, 0).unwrap_or_default()
 }
 
 impl DriftReport {
@@ -293,7 +293,7 @@ pub(crate) mod tests {
         after.step(&ops);
         let mut host = after.clone();
         change_host(&mut host);
-        let input = ostm_protocol::op::encode_input(&ops);
+        let input = ostm_protocol::sim::op::encode_input(&ops);
         Evidence {
             step: after.step,
             host_hash: host.hash(),

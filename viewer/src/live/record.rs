@@ -5,10 +5,10 @@
 //! the recording continues in a new file numbered after it: `session.ostm`, then
 //! `session.1.ostm`, `session.2.ostm`, … Each file starts from its own start snapshot
 //! (flag bit 1) and verifies on its own. While a file is being written it is
-//! `FILE.part` (crash-safe: see `ostm_protocol::recording`).
+//! `FILE.part` (crash-safe: see `ostm_protocol::format::recording`).
 
-pub use ostm_protocol::recording::numbered;
-use ostm_protocol::recording::{Durability, Recorder};
+pub use ostm_protocol::format::recording::numbered;
+use ostm_protocol::format::recording::{Durability, Recorder};
 use ostm_protocol::World;
 use std::io;
 use std::path::{Path, PathBuf};

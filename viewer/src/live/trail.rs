@@ -3,7 +3,7 @@
 //! (and at every snapshot), and the inputs verified since. When a step drifts, the world
 //! before it is the checkpoint run on through those inputs.
 
-use ostm_protocol::op::for_each_op;
+use ostm_protocol::sim::op::for_each_op;
 use ostm_protocol::{Op, World};
 
 /// Verified steps between two checkpoints: a drift costs at most this many steps to
@@ -65,8 +65,8 @@ impl Trail {
 #[cfg(test)]
 mod tests {
     use super::{Trail, CHECKPOINT_EVERY};
-    use ostm_protocol::op::encode_input;
-    use ostm_protocol::scenario::Scenario;
+    use ostm_protocol::sim::op::encode_input;
+    use ostm_protocol::sim::scenario::Scenario;
     use ostm_protocol::{Dims, Setup, World};
 
     #[test]

@@ -6,7 +6,7 @@ pub mod labels;
 pub mod png;
 pub mod svg;
 
-use ostm_protocol::ospc::PoseCache;
+use ostm_protocol::format::ospc::PoseCache;
 use ostm_protocol::{Dims, Replay, World};
 
 /// The world of `replay` at step `step` ([`Replay::world_at`]), with a progress bar on a

@@ -15,9 +15,9 @@
 //! pointing its way.
 
 use super::labels::{self, Circle, Mark, Placed, Rect, LABEL_SIZE};
-use ostm_protocol::fields::{self, density_decimal, Fields, CELL_MM, DENSITY_ONE, GRID};
-use ostm_protocol::ospc::Pose;
-use ostm_protocol::world::BOX_MM;
+use ostm_protocol::format::ospc::Pose;
+use ostm_protocol::sim::fields::{self, density_decimal, Fields, CELL_MM, DENSITY_ONE, GRID};
+use ostm_protocol::sim::world::BOX_MM;
 use ostm_protocol::{Dims, World};
 use std::fmt::Write;
 
@@ -857,9 +857,9 @@ mod tests {
     use super::*;
 
     const OVERLAY_VERTICES: usize =
-        ostm_protocol::fields::VERTICES * ostm_protocol::fields::VERTICES;
+        ostm_protocol::sim::fields::VERTICES * ostm_protocol::sim::fields::VERTICES;
     const OVERLAY_TRIANGLES: usize = GRID * GRID * 2;
-    use ostm_protocol::world::Setup;
+    use ostm_protocol::sim::world::Setup;
     use ostm_protocol::{Link, Role};
 
     fn world(dims: Dims, bodies: &[[i32; 3]], link: Option<Link>) -> World {

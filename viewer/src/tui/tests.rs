@@ -7,7 +7,7 @@ use super::world::{self, on_canvas};
 use crate::live::drift::on_drift;
 use crate::live::drift::tests::evidence;
 use crate::live::session::Status;
-use ostm_protocol::world::BOX_MM;
+use ostm_protocol::sim::world::BOX_MM;
 use ostm_protocol::{Dims, Op, Setup, World};
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;

@@ -21,7 +21,7 @@ use super::strip::{Kind, Strip};
 use super::world::{self, Mark};
 use crate::live::drift::DriftReport;
 use crate::live::session::{Outcome, Status, Stop};
-use ostm_protocol::fields::density_decimal;
+use ostm_protocol::sim::fields::density_decimal;
 use ostm_protocol::{Dims, World};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};

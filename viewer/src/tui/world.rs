@@ -4,8 +4,8 @@
 //! 3 x 3 braille dots; in 3D its colour tells its height. On drift the body named by the
 //! report is drawn red, ringed, labelled, and the host's place for it marked `×`.
 
-use ostm_protocol::fields;
-use ostm_protocol::world::BOX_MM;
+use ostm_protocol::sim::fields;
+use ostm_protocol::sim::world::BOX_MM;
 use ostm_protocol::{Dims, World};
 use ratatui::layout::Rect;
 use ratatui::style::Color;

@@ -128,7 +128,7 @@ pub fn message(shown: &Shown<'_>, look: Look, ghost: Option<&GhostCache>) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ostm_protocol::world::Setup;
+    use ostm_protocol::sim::world::Setup;
     use ostm_protocol::Dims;
 
     #[test]

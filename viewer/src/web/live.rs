@@ -334,7 +334,7 @@ impl Hub {
 /// The size of the recording file being written (`FILE.part` while it runs), or of the
 /// finished file.
 fn recording_bytes(path: &Path) -> Option<u64> {
-    let part = ostm_protocol::recording::journal_path(path);
+    let part = ostm_protocol::format::recording::journal_path(path);
     std::fs::metadata(&part)
         .or_else(|_| std::fs::metadata(path))
         .ok()

@@ -8,8 +8,8 @@ use super::frame::{self, Check, Look, Shown};
 use super::request::Request;
 use super::{pace, Requests, Tab};
 use crate::render::{file_name, GhostCache};
-use ostm_protocol::seek::{self, default_index_path, MemoryIndex, Seeked, DEFAULT_EVERY};
-use ostm_protocol::trace::ReplayStream;
+use ostm_protocol::format::replay_stream::ReplayStream;
+use ostm_protocol::format::seek::{self, default_index_path, MemoryIndex, Seeked, DEFAULT_EVERY};
 use ostm_protocol::{Op, World};
 use serde_json::json;
 use std::fs::File;
@@ -52,7 +52,7 @@ impl Source {
         let first = start.step;
         // A replay whose steps pass u64::MAX is shown up to u64::MAX.
         let last = first.saturating_add(h.steps as u64);
-        let rows = h.flags & ostm_protocol::ostm::FLAG_HASHES != 0;
+        let rows = h.flags & ostm_protocol::format::ostm::FLAG_HASHES != 0;
         let ghost = match ghost {
             Some(p) => Some(crate::render::read_ghost(p, h.setup.dims)?),
             None => None,

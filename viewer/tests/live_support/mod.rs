@@ -2,7 +2,7 @@
 //! address it prints first, run the real `ostm-viewer`, and bound every wait.
 #![allow(dead_code)]
 
-use ostm_protocol::scenario::Scenario;
+use ostm_protocol::sim::scenario::Scenario;
 use ostm_protocol::{Replay, Setup, World};
 pub use ostm_testkit::{signal, Proc, LIMIT};
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 //! Run as `ostm-bench-live plain-host --viewers N --rate R|max --stamps FILE
 //! --stamp-every K`; it prints `listening on ADDR` first, then runs until killed.
 
-use ostm_protocol::scenario::Scenario;
+use ostm_protocol::sim::scenario::Scenario;
 use ostm_protocol::wire::{
     HostCodec, PeerRole, Record, SnapshotKind, ToViewer, Welcome, HEARTBEAT_MS, VERSION,
 };
@@ -94,7 +94,7 @@ pub fn main(viewers: usize, rate: Option<u32>, stamps: &std::path::Path, every: 
         let rec = frame(&ToViewer::Record(Record {
             step,
             hash: world.hash(),
-            input: ostm_protocol::op::encode_input(&ops).into(),
+            input: ostm_protocol::sim::op::encode_input(&ops).into(),
         }));
         if world.step.is_multiple_of(every) {
             let _ = writeln!(out, "{} {}", world.step, crate::readers::now_ns());

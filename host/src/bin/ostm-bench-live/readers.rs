@@ -6,7 +6,7 @@
 
 use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
-use ostm_protocol::op::for_each_op;
+use ostm_protocol::sim::op::for_each_op;
 use ostm_protocol::wire::{
     Hello, PeerRole, Record, SnapshotKind, ToHost, ToViewer, ViewerCodec, WireError, VERSION,
 };

@@ -71,10 +71,10 @@
 //! and with about 30 live bodies each is kicked every ~120 steps, so most are moving at
 //! any step. The first 10 000 calls are exactly the schedule above.
 
-use crate::link::Role;
-use crate::op::Op;
-use crate::rng::Sfc32;
-use crate::world::{World, BOX_MM, DEFAULT_GRAVITY};
+use crate::sim::link::Role;
+use crate::sim::op::Op;
+use crate::sim::rng::Sfc32;
+use crate::sim::world::{World, BOX_MM, DEFAULT_GRAVITY};
 
 /// XORed into the seed to seed the scenario's own generator: the bytes `SCN1` read as a
 /// little-endian u32.
@@ -361,7 +361,7 @@ fn link_body(world: &World) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::world::{Dims, Setup};
+    use crate::sim::world::{Dims, Setup};
 
     #[test]
     fn same_seed_same_ops() {

@@ -16,9 +16,9 @@
 use super::ostm_header;
 use crate::cursor::Cursor;
 use crate::error::FormatError;
-use crate::op::for_each_op;
-use crate::ostm::{start_world, Header, FLAG_HASHES, MAX_HEADER_BYTES, MAX_STEPS};
-use crate::world::World;
+use crate::format::ostm::{start_world, Header, FLAG_HASHES, MAX_HEADER_BYTES, MAX_STEPS};
+use crate::sim::op::for_each_op;
+use crate::sim::world::World;
 use crate::Op;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};

@@ -13,7 +13,7 @@
 //! occupancy[j][i] = [bodies with fv < fu (triangle 0), bodies with fv >= fu (triangle 1)]
 //! ```
 
-use crate::world::{Dims, World, BOX_MM};
+use crate::sim::world::{Dims, World, BOX_MM};
 
 /// Cells along each side of the floor grid.
 pub const GRID: usize = 8;
@@ -161,8 +161,8 @@ pub fn density_decimal(value: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::link::{Link, Role};
-    use crate::world::{Body, Setup};
+    use crate::sim::link::{Link, Role};
+    use crate::sim::world::{Body, Setup};
 
     /// A world of `dims` holding exactly the given live bodies (positions x, y, z).
     fn world(dims: Dims, bodies: &[[i32; 3]]) -> World {

@@ -20,8 +20,8 @@
 
 use crate::cursor::Cursor;
 use crate::error::FormatError;
-use crate::ostm::Replay;
-use crate::world::{Dims, World, MAX_BODIES};
+use crate::format::ostm::Replay;
+use crate::sim::world::{Dims, World, MAX_BODIES};
 use std::path::Path;
 
 /// The four magic bytes.
@@ -384,8 +384,8 @@ pub fn deviations(world: &World, poses: &[Pose], offset: [i32; 3]) -> Vec<Deviat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::Op;
-    use crate::world::{Body, Setup};
+    use crate::sim::op::Op;
+    use crate::sim::world::{Body, Setup};
 
     fn pose(x: i32, y: i32, z: i32) -> Pose {
         Pose {

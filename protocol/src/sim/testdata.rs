@@ -6,10 +6,10 @@
 //! after every step. `docs/testdata.md` lists the files and describes the format of
 //! `golden.json`.
 
-use crate::link::{Link, Role};
-use crate::ostm::Replay;
-use crate::scenario::Scenario;
-use crate::world::{Dims, Setup, World};
+use crate::format::ostm::Replay;
+use crate::sim::link::{Link, Role};
+use crate::sim::scenario::Scenario;
+use crate::sim::world::{Dims, Setup, World};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -38,7 +38,7 @@ pub const LINK_TRANSFER_STEP: u16 = 150;
 /// The step at which `test-start-snapshot.ostm`'s start snapshot is taken.
 pub const START_SNAPSHOT_STEP: u64 = 1234;
 /// The step at which `test-lively.ostm` starts: 500 steps before the scenario's lively
-/// phase ([`crate::scenario::LIVELY_FROM`]), so the file crosses into it.
+/// phase ([`crate::sim::scenario::LIVELY_FROM`]), so the file crosses into it.
 pub const LIVELY_START_STEP: u64 = 9500;
 
 /// Every generated replay, in the order they are written.
@@ -178,15 +178,15 @@ pub const GHOST_FILE: &str = "test-2d-ghost.ospc";
 /// `test-2d-ghost.ospc`: the 2D replay's bodies for 40 frames from step 200, drawn 400 mm
 /// to the right (`ostm-viewer ghost testdata/test-2d-600.ostm --from 200 --frames 40
 /// --offset 400,0`; docs/pose-cache.md).
-pub fn ghost() -> crate::ospc::PoseCache {
+pub fn ghost() -> crate::format::ospc::PoseCache {
     let replay = specs()
         .iter()
         .find(|s| s.name == "test-2d-600.ostm")
         .map(Spec::generate)
         .unwrap_or_else(|| Replay::new(setup(Dims::Two, 1, 0), None));
     // 200 + 39 <= 600 and 2D positions plus 400 stay far inside i32: this cannot fail.
-    crate::ospc::PoseCache::from_replay(&replay, 200, 40, [400, 0, 0])
-        .unwrap_or_else(|_| crate::ospc::PoseCache::new(Dims::Two, 200, 1))
+    crate::format::ospc::PoseCache::from_replay(&replay, 200, 40, [400, 0, 0])
+        .unwrap_or_else(|_| crate::format::ospc::PoseCache::new(Dims::Two, 200, 1))
 }
 
 /// The golden file's name inside `testdata/`.
@@ -386,12 +386,12 @@ pub fn golden_json(g: &Golden) -> String {
 /// Writes a long replay for the benchmarks (`benches/seek.rs`, the viewer's
 /// `benches/watch.rs`): 3D, `bodies` bodies, seed 12 345, an impulse on one body every 100
 /// steps so the world keeps moving and nothing spawned or removed, with hash rows, through
-/// the [`crate::recording::Recorder`].
+/// the [`crate::format::recording::Recorder`].
 ///
 /// # Errors
 /// The file cannot be written.
 pub fn write_moving_replay(path: &std::path::Path, bodies: u8, steps: u32) -> std::io::Result<()> {
-    use crate::op::{encode_input, Op};
+    use crate::sim::op::{encode_input, Op};
     let mut world = World::new(
         Setup {
             dims: Dims::Three,
@@ -400,7 +400,7 @@ pub fn write_moving_replay(path: &std::path::Path, bodies: u8, steps: u32) -> st
         },
         None,
     );
-    let mut rec = crate::recording::Recorder::create(path, &world, false)?;
+    let mut rec = crate::format::recording::Recorder::create(path, &world, false)?;
     for i in 0..steps {
         let ops = if i % 100 == 0 {
             vec![Op::Impulse {

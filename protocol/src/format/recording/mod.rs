@@ -15,9 +15,9 @@
 
 pub mod journal;
 
-use crate::link::Link;
-use crate::ostm::{flags_for, write_header, MAX_STEPS};
-use crate::world::{Setup, World};
+use crate::format::ostm::{flags_for, write_header, MAX_STEPS};
+use crate::sim::link::Link;
+use crate::sim::world::{Setup, World};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};

@@ -15,9 +15,9 @@
 
 use crate::cursor::Cursor;
 use crate::error::FormatError;
-use crate::op::Op;
-use crate::ostm::{Inputs, Replay};
-use crate::world::{first_difference, FieldDiff, World, MAX_SNAPSHOT_BYTES};
+use crate::format::ostm::{Inputs, Replay};
+use crate::sim::op::Op;
+use crate::sim::world::{first_difference, FieldDiff, World, MAX_SNAPSHOT_BYTES};
 use std::io::Write;
 use std::path::Path;
 
@@ -426,7 +426,7 @@ pub struct BundleReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::world::{Dims, Setup};
+    use crate::sim::world::{Dims, Setup};
 
     fn replay() -> Replay {
         let mut r = Replay::new(
@@ -489,11 +489,11 @@ mod tests {
             viewer.step(&[]);
         }
         let before = viewer.clone();
-        let input = crate::op::encode_input(&[Op::Impulse {
+        let input = crate::sim::op::encode_input(&[Op::Impulse {
             body: 1,
             d: [5, 5, 5],
         }]);
-        viewer.step(&crate::op::decode_input("", &input, 0).unwrap());
+        viewer.step(&crate::sim::op::decode_input("", &input, 0).unwrap());
         let mut host = viewer.clone();
         host.bodies[2].vel[0] += 1;
         let drift = first_difference(&host, &viewer).unwrap();

@@ -11,9 +11,9 @@
 
 use crate::cursor::Cursor;
 use crate::error::FormatError;
-use crate::link::Link;
-use crate::op::{for_each_op, Op, OpKind, MAX_INPUT_LEN};
-use crate::world::{
+use crate::sim::link::Link;
+use crate::sim::op::{for_each_op, Op, OpKind, MAX_INPUT_LEN};
+use crate::sim::world::{
     Setup, World, BODY_BYTES, MAX_SNAPSHOT_BYTES, SETUP_BYTES, SNAPSHOT_HEADER_BYTES,
 };
 use std::path::Path;
@@ -82,7 +82,7 @@ impl Inputs {
                 ),
             ));
         }
-        let ops = crate::op::decode_input("input", input, 0)?;
+        let ops = crate::sim::op::decode_input("input", input, 0)?;
         self.bytes.extend_from_slice(input);
         self.ends.push(self.bytes.len());
         Ok(ops)

@@ -4,9 +4,9 @@
 
 use crate::cursor::Cursor;
 use crate::error::FormatError;
-use crate::link::{Link, Role, ARRIVAL_VELOCITY};
-use crate::op::Op;
-use crate::rng::Sfc32;
+use crate::sim::link::{Link, Role, ARRIVAL_VELOCITY};
+use crate::sim::op::Op;
+use crate::sim::rng::Sfc32;
 use zerocopy::{Immutable, IntoBytes};
 
 mod bodies;

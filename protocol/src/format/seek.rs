@@ -12,10 +12,10 @@
 //! whatever the replay's length.
 
 use crate::error::FormatError;
-use crate::keyframe::{self, DEFAULT_TICK_RATE};
-use crate::op::Op;
-use crate::trace::{ReplayStream, ReplayTracer};
-use crate::world::World;
+use crate::format::keyframe::{self, DEFAULT_TICK_RATE};
+use crate::format::replay_stream::{ReplayStream, ReplayTracer};
+use crate::sim::op::Op;
+use crate::sim::world::World;
 use serde::Deserialize;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -75,7 +75,7 @@ fn replay_head(path: &Path) -> Result<(u64, String), FormatError> {
         .take(HEAD_BYTES as u64)
         .read_to_end(&mut head)
         .map_err(|e| FormatError::io(&name, &e))?;
-    Ok((len, format!("{:016x}", crate::world::xxh3_64(&head))))
+    Ok((len, format!("{:016x}", crate::sim::world::xxh3_64(&head))))
 }
 
 /// Why an index could not be written.
@@ -479,9 +479,9 @@ fn line_after(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ostm::Replay;
-    use crate::rng::Sfc32;
-    use crate::world::{Dims, Setup};
+    use crate::format::ostm::Replay;
+    use crate::sim::rng::Sfc32;
+    use crate::sim::world::{Dims, Setup};
 
     fn replay(steps: usize) -> Replay {
         let mut r = Replay::new(

@@ -9,10 +9,10 @@
 //! it builds anything.
 
 use crate::error::FormatError;
-use crate::link::{Link, Role};
-use crate::ostm::{Replay, Verdict};
-use crate::rng::Sfc32;
-use crate::world::{Body, Dims, Setup, World, MAX_BODIES};
+use crate::format::ostm::{Replay, Verdict};
+use crate::sim::link::{Link, Role};
+use crate::sim::rng::Sfc32;
+use crate::sim::world::{Body, Dims, Setup, World, MAX_BODIES};
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -607,8 +607,8 @@ pub fn row_in(replay: &Replay, world: &World) -> Result<usize, String> {
     if world.setup() != replay.setup || world.link() != replay.link {
         return Err(format!(
             "the keyframe's setup ({}) is not the replay's ({})",
-            crate::trace::setup_line(&world.setup(), world.link()),
-            crate::trace::setup_line(&replay.setup, replay.link)
+            crate::format::trace::setup_line(&world.setup(), world.link()),
+            crate::format::trace::setup_line(&replay.setup, replay.link)
         ));
     }
     let start = replay.start_step();
@@ -635,7 +635,7 @@ pub fn verify_from(replay: &Replay, world: World) -> Result<Verdict, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::Op;
+    use crate::sim::op::Op;
 
     fn sample() -> World {
         let mut w = World::new(
