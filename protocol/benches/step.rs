@@ -18,27 +18,10 @@ use ostm_protocol::sim::world::{Dims, Kernel};
 use ostm_protocol::{Replay, World};
 use std::hint::black_box;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
-use support::{world, Phases};
+use std::time::Duration;
+use support::{fastest_slice, world, Phases};
 
 mod support;
-
-/// The time of `iters` calls of `f`, taken from the fastest of its slices of at most 256
-/// calls (see the header).
-fn fastest_slice(iters: u64, mut f: impl FnMut()) -> Duration {
-    let per = iters.clamp(1, 256);
-    let slices = iters.div_ceil(per);
-    let mut best = Duration::MAX;
-    for _ in 0..slices {
-        let t = Instant::now();
-        for _ in 0..per {
-            f();
-        }
-        best = best.min(t.elapsed());
-    }
-    let nanos = best.as_nanos() * u128::from(iters) / u128::from(per);
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-}
 
 /// Times `f`, one step of the world whose turn it is (see [`Phases`]).
 fn bench_steps(

@@ -1,9 +1,11 @@
 //! The worlds that `benches/step.rs` and `examples/step_cost.rs` step: one module, so that
-//! the bench's times and the example's instruction counts are of the same work.
+//! the bench's times and the example's instruction counts are of the same work; and how the
+//! benches time a sample on a shared machine ([`fastest_slice`]).
 
 use ostm_protocol::sim::scenario::Scenario;
 use ostm_protocol::sim::world::{Dims, Setup};
 use ostm_protocol::{Op, World};
+use std::time::{Duration, Instant};
 
 /// A world with `bodies` slots alive, run 100 steps so bodies are mid-flight.
 pub fn world(dims: Dims, bodies: u8) -> World {
@@ -96,4 +98,23 @@ impl Phases {
     pub fn world(&mut self) -> &mut World {
         self.turn().0
     }
+}
+
+/// The time of `iters` calls of `f`, taken from the fastest of its slices of at most 256
+/// calls, scaled to `iters`: the machine is shared, and a slice that was preempted does not
+/// count (see the header of `benches/step.rs`).
+#[allow(dead_code)] // Used by the benches only.
+pub fn fastest_slice(iters: u64, mut f: impl FnMut()) -> Duration {
+    let per = iters.clamp(1, 256);
+    let slices = iters.div_ceil(per);
+    let mut best = Duration::MAX;
+    for _ in 0..slices {
+        let t = Instant::now();
+        for _ in 0..per {
+            f();
+        }
+        best = best.min(t.elapsed());
+    }
+    let nanos = best.as_nanos() * u128::from(iters) / u128::from(per);
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
