@@ -1,21 +1,30 @@
 //! Publishing the live stream to NATS JetStream (docs/fan-out.md): records, keyframes and
 //! the end on the subjects of one stream, and drift requests answered by request/reply.
+//! The names, ids, headers and limits are `ostm_protocol::wire::nats`'s.
 //!
-//! The stepping loop hands each step to [`Feed::step`] without ever waiting: the feed is a
-//! bounded channel, and a step that finds it full is dropped (counted) and followed by a
-//! keyframe once there is room again, so viewers resync there. The publisher task talks to
-//! NATS at its own pace and reconnects through the client.
+//! The stepping loop hands each step to [`Feed::record`] without ever waiting: the feed is
+//! a bounded channel, and a step that finds it full is dropped (counted) and followed by a
+//! keyframe once there is room again, so viewers close the gap there. A keyframe also
+//! follows a failed publish and a lost connection to the server, whose last messages may
+//! not have been stored. The publisher task talks to NATS at its own pace and reconnects
+//! through the client.
 
 use crate::hub::Hub;
-use async_nats::jetstream::{self, message::PublishMessage, stream};
+use async_nats::jetstream::{
+    self, context::CreateStreamErrorKind, message::PublishMessage, stream,
+};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
+use ostm_protocol::wire::nats::{
+    self as names, MessageIds, Session, COUNT_HEADER, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
+    RATE_HEADER, STEP_HEADER,
+};
 use ostm_protocol::wire::{End, HostCodec, SnapshotKind, ToHost, ToViewer};
 use ostm_protocol::World;
 use std::collections::VecDeque;
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::codec::Decoder;
@@ -23,67 +32,20 @@ use tracing::{info, warn};
 
 /// Steps the feed holds while NATS is slow or away.
 pub const FEED_CAPACITY: usize = 65_536;
-/// Records in one message at most.
-pub const MAX_BATCH_RECORDS: usize = 256;
-/// Payload bytes in one message at most (records are added while they fit).
-pub const MAX_BATCH_BYTES: usize = 64 * 1024;
 /// Publish acknowledgements awaited at once at most.
 const IN_FLIGHT: usize = 1024;
-
-/// The subjects and stream of one session (docs/fan-out.md, "Subjects").
-#[derive(Debug, Clone)]
-pub struct Names {
-    pub session: String,
-}
-
-impl Names {
-    pub fn stream(&self) -> String {
-        format!("OSTM_{}", self.session)
-    }
-    pub fn records(&self) -> String {
-        format!("ostm.{}.rec", self.session)
-    }
-    pub fn keyframes(&self) -> String {
-        format!("ostm.{}.key", self.session)
-    }
-    pub fn end(&self) -> String {
-        format!("ostm.{}.end", self.session)
-    }
-    pub fn drift(&self) -> String {
-        format!("ostm.{}.drift", self.session)
-    }
-    /// The subjects the stream stores: records, keyframes and the end, not drift requests
-    /// (a stream storing those would answer each with its acknowledgement before the host
-    /// could).
-    pub fn stored(&self) -> Vec<String> {
-        vec![self.records(), self.keyframes(), self.end()]
-    }
-}
-
-/// Checks a session name: 1..=64 of `A-Z a-z 0-9 _ -`.
-///
-/// # Errors
-/// The name is empty, too long, or holds another character.
-pub fn check_session(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "--session `{name}`: expected 1..=64 characters of A-Z, a-z, 0-9, _ and -"
-        ))
-    }
-}
+/// The default of `--retention-bytes`: small enough that many sessions share one server
+/// (the server sets aside each stream's `max_bytes` of its JetStream storage when it
+/// creates the stream), large enough for an hour at a viewer's pace.
+pub const DEFAULT_RETENTION_BYTES: i64 = 64 << 20;
+/// The longest wait between two attempts at creating the stream.
+const STREAM_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// What the publisher is asked to do.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub url: String,
-    pub names: Names,
+    pub session: Session,
     /// A keyframe every this many steps.
     pub keyframe_every: u64,
     /// The host's rate (0: as fast as it can), for the keyframes' header.
@@ -93,16 +55,81 @@ pub struct Options {
     pub auth: ostm_protocol::cli::NatsAuthArgs,
 }
 
-/// Counters for the status line.
+impl Options {
+    /// The stream's configuration (docs/fan-out.md, "Subjects and stream").
+    fn stream_config(&self) -> stream::Config {
+        stream::Config {
+            name: self.session.stream(),
+            subjects: self.session.stored(),
+            max_age: self.max_age,
+            max_bytes: self.max_bytes,
+            discard: stream::DiscardPolicy::Old,
+            storage: stream::StorageType::File,
+            duplicate_window: names::duplicate_window(self.max_age),
+            allow_direct: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// Counters and state for the status line.
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Steps handed to NATS and acknowledged by the stream.
     pub published: AtomicU64,
     /// Steps dropped because the feed was full.
     pub dropped: AtomicU64,
-    /// Publishes that failed.
+    /// Steps in publishes that failed or were not acknowledged.
     pub failed: AtomicU64,
-    pub connected: AtomicBool,
+    /// The client, once made: its connection state is the status line's.
+    client: OnceLock<async_nats::Client>,
+    /// The stream exists with the session's subjects.
+    stream_ready: AtomicBool,
+    /// Why the server refused the stream, while it does.
+    refused: Mutex<Option<String>>,
+    /// Messages may have been lost (a publish failed, the connection dropped): the next
+    /// step gets a keyframe.
+    want_key: AtomicBool,
+}
+
+/// What the status line says of NATS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Connected to the server, with the stream made.
+    Up,
+    /// Not connected, or the stream not made yet.
+    Down,
+    /// The server refuses the stream: why.
+    Refused(String),
+}
+
+impl Counters {
+    pub fn state(&self) -> State {
+        if let Some(why) = self.refused.lock().ok().and_then(|r| r.clone()) {
+            return State::Refused(why);
+        }
+        let connected = self
+            .client
+            .get()
+            .is_some_and(|c| c.connection_state() == async_nats::connection::State::Connected);
+        if connected && self.stream_ready.load(Ordering::Relaxed) {
+            State::Up
+        } else {
+            State::Down
+        }
+    }
+
+    fn set_refused(&self, why: Option<String>) {
+        if let Ok(mut r) = self.refused.lock() {
+            *r = why;
+        }
+    }
+
+    /// Counts `steps` as failed; their message may not be on the stream.
+    fn fail(&self, steps: u64) {
+        self.failed.fetch_add(steps.max(1), Ordering::Relaxed);
+        self.want_key.store(true, Ordering::Relaxed);
+    }
 }
 
 /// One thing to publish.
@@ -122,36 +149,18 @@ pub struct Feed {
 
 impl Feed {
     /// Before the step from `world`: hands a keyframe of it over when one is due (every
-    /// `--keyframe-every` steps, at the start, and after a dropped step). Never waits.
+    /// `--keyframe-every` steps, at the start, after a dropped step, after a failed
+    /// publish or a lost connection). Never waits.
     pub fn before_step(&mut self, world: &World) {
-        if self.need_key || world.step.is_multiple_of(self.every) {
+        let lost = self.counters.want_key.load(Ordering::Relaxed)
+            && self.counters.want_key.swap(false, Ordering::Relaxed);
+        if self.need_key || lost || world.step.is_multiple_of(self.every) {
             self.need_key = self
                 .tx
                 .try_send(Item::Key {
                     world: world.clone(),
                 })
                 .is_err();
-        }
-    }
-
-    /// Hands the record of step `step` over (its frame). Never waits; a full feed drops
-    /// it and asks for a keyframe at the next step.
-    pub fn record(&mut self, step: u64, frame: &Bytes) {
-        if self.need_key {
-            // The keyframe this record needs did not fit: the record is no use without it.
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if self
-            .tx
-            .try_send(Item::Record {
-                step,
-                frame: frame.clone(),
-            })
-            .is_err()
-        {
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            self.need_key = true;
         }
     }
 
@@ -171,93 +180,254 @@ impl Feed {
     }
 }
 
+/// Where the stepping loop hands each step's record frame: the feed, or a test's probe.
+pub trait Records {
+    /// Hands the record of step `step` over (its frame). Never waits.
+    fn record(&mut self, step: u64, frame: &Bytes);
+}
+
+impl Records for Feed {
+    /// A full feed drops the record and asks for a keyframe at the next step.
+    fn record(&mut self, step: u64, frame: &Bytes) {
+        if self.need_key {
+            // The keyframe this record needs did not fit: the record is no use without it.
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if self
+            .tx
+            .try_send(Item::Record {
+                step,
+                frame: frame.clone(),
+            })
+            .is_err()
+        {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            self.need_key = true;
+        }
+    }
+}
+
+/// What the first attempt at the server found.
+pub enum Prepared {
+    /// The server was not there: the publisher connects when it comes.
+    Absent,
+    /// Connected; the stream is made when `ready`, else the publisher keeps trying.
+    Connected {
+        client: async_nats::Client,
+        ready: bool,
+    },
+}
+
+/// The client's options: the session's authentication, and a keyframe asked for whenever
+/// the connection drops (what was in flight may not have been stored).
+async fn connect_options(
+    opts: &Options,
+    counters: &Arc<Counters>,
+) -> Result<async_nats::ConnectOptions, String> {
+    let c = counters.clone();
+    Ok(opts
+        .auth
+        .connect_options()
+        .await?
+        .event_callback(move |ev| {
+            let c = c.clone();
+            async move {
+                if matches!(ev, async_nats::Event::Disconnected) {
+                    c.want_key.store(true, Ordering::Relaxed);
+                }
+            }
+        }))
+}
+
+/// Tries the server once before the host announces itself: a server that answers and
+/// refuses the stream (not enough storage for `--retention-bytes`, no JetStream) is an
+/// error for the host's start; a server not there yet is not.
+///
+/// # Errors
+/// The credentials cannot be read, or the server refuses the stream: a sentence saying
+/// what to do.
+pub async fn prepare(opts: &Options, counters: &Arc<Counters>) -> Result<Prepared, String> {
+    let client = match connect_options(opts, counters)
+        .await?
+        .connect(&opts.url)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(
+                "NATS at {} is not answering ({e}); the host starts and publishes once it comes",
+                opts.url
+            );
+            return Ok(Prepared::Absent);
+        }
+    };
+    let _ = counters.client.set(client.clone());
+    let ready = match make_stream(&jetstream::new(client.clone()), opts).await {
+        Ok(()) => true,
+        Err(Failure::Refused(why)) => return Err(why),
+        Err(Failure::NotNow(why)) => {
+            warn!("{why}; retrying");
+            false
+        }
+    };
+    counters.stream_ready.store(ready, Ordering::Relaxed);
+    Ok(Prepared::Connected { client, ready })
+}
+
+/// Why the stream could not be made.
+enum Failure {
+    /// The server answered no: a sentence saying what to do.
+    Refused(String),
+    /// No answer (yet): worth trying again.
+    NotNow(String),
+}
+
+/// Creates the session's stream, or takes the one of that name (setting its subjects when
+/// an older host made it with others).
+async fn make_stream(js: &jetstream::Context, opts: &Options) -> Result<(), Failure> {
+    let cfg = opts.stream_config();
+    let name = cfg.name.clone();
+    let subjects = cfg.subjects.clone();
+    let s = js
+        .get_or_create_stream(cfg)
+        .await
+        .map_err(|e| match e.kind() {
+            CreateStreamErrorKind::JetStream(api) => Failure::Refused(refusal(opts, &name, &api)),
+            CreateStreamErrorKind::JetStreamUnavailable => Failure::Refused(format!(
+                "the NATS server at {} has no JetStream for the stream {name}: start it with -js (or enable JetStream for this account)",
+                opts.url
+            )),
+            _ => Failure::NotNow(format!("cannot create the NATS stream {name}: {e}")),
+        })?;
+    // A stream made by an older host stored `ostm.NAME.*`, drift requests too: it keeps
+    // its settings and gets the subjects of docs/fan-out.md.
+    let mut have = s.cached_info().config.clone();
+    if have.subjects != subjects {
+        info!(stream = %name, from = ?have.subjects, "setting the stream's subjects");
+        have.subjects = subjects;
+        if let Err(e) = js.update_stream(have).await {
+            warn!("cannot set the subjects of the NATS stream {name}: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// The sentence for a server's refusal of the stream.
+fn refusal(opts: &Options, name: &str, api: &jetstream::Error) -> String {
+    use async_nats::jetstream::ErrorCode;
+    let what = match api.error_code() {
+        ErrorCode::STORAGE_RESOURCES_EXCEEDED | ErrorCode::INSUFFICIENT_RESOURCES => format!(
+            "; it sets aside --retention-bytes ({} bytes) of its JetStream storage for each stream: give a smaller --retention-bytes, or the server more storage (jetstream max_file_store)",
+            opts.max_bytes
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "the NATS server at {} refused the stream {name}: {api}{what}",
+        opts.url
+    )
+}
+
 /// Starts the publisher on the current runtime; returns the stepping loop's feed and the
 /// task, which ends after publishing the end (or when `stop` is cancelled).
 pub fn start(
     opts: Options,
+    counters: Arc<Counters>,
+    prepared: Prepared,
     hub: Arc<Hub>,
     stop: tokio_util::sync::CancellationToken,
 ) -> (Feed, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(FEED_CAPACITY);
-    let counters = Arc::new(Counters::default());
     let feed = Feed {
         tx,
         every: opts.keyframe_every.max(1),
         need_key: true,
         counters: counters.clone(),
     };
-    let task = tokio::spawn(run(opts, hub, rx, counters, stop));
+    let task = tokio::spawn(run(opts, prepared, hub, rx, counters, stop));
     (feed, task)
+}
+
+/// The client, connecting now when the server was not there at the start.
+async fn client(
+    opts: &Options,
+    prepared: Prepared,
+    counters: &Arc<Counters>,
+) -> Option<(async_nats::Client, bool)> {
+    match prepared {
+        Prepared::Connected { client, ready } => Some((client, ready)),
+        Prepared::Absent => {
+            let o = match connect_options(opts, counters).await {
+                Ok(o) => o,
+                Err(e) => {
+                    warn!("{e}");
+                    return None;
+                }
+            };
+            match o.retry_on_initial_connect().connect(&opts.url).await {
+                Ok(c) => {
+                    let _ = counters.client.set(c.clone());
+                    Some((c, false))
+                }
+                Err(e) => {
+                    warn!("cannot connect to NATS at {}: {e}", opts.url);
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// Makes the stream, trying again while the server is away or refuses it (the refusal on
+/// the status line). `false` when `stop` fires first.
+async fn keep_making_stream(
+    js: &jetstream::Context,
+    opts: &Options,
+    counters: &Counters,
+    stop: &tokio_util::sync::CancellationToken,
+) -> bool {
+    let mut wait = Duration::from_secs(1);
+    loop {
+        match make_stream(js, opts).await {
+            Ok(()) => {
+                counters.set_refused(None);
+                counters.stream_ready.store(true, Ordering::Relaxed);
+                return true;
+            }
+            Err(Failure::Refused(why)) => {
+                warn!("{why}; retrying");
+                counters.set_refused(Some(why));
+            }
+            Err(Failure::NotNow(why)) => warn!("{why}; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled() => return false,
+        }
+        wait = (wait * 2).min(STREAM_RETRY_MAX);
+    }
 }
 
 async fn run(
     opts: Options,
+    prepared: Prepared,
     hub: Arc<Hub>,
     mut rx: mpsc::Receiver<Item>,
     counters: Arc<Counters>,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let client = match opts.auth.connect_options().await {
-        Ok(o) => match o.retry_on_initial_connect().connect(&opts.url).await {
-            Ok(c) => c,
-            Err(e) => {
-                warn!("cannot connect to NATS at {}: {e}", opts.url);
-                return;
-            }
-        },
-        Err(e) => {
-            warn!("{e}");
-            return;
-        }
+    let Some((client, ready)) = client(&opts, prepared, &counters).await else {
+        return;
     };
     let js = jetstream::new(client.clone());
-    let names = opts.names.clone();
-    // The stream, created or checked (retried while NATS is away).
-    loop {
-        let cfg = stream::Config {
-            name: names.stream(),
-            subjects: names.stored(),
-            max_age: opts.max_age,
-            max_bytes: opts.max_bytes,
-            discard: stream::DiscardPolicy::Old,
-            storage: stream::StorageType::File,
-            duplicate_window: Duration::from_secs(120),
-            allow_direct: true,
-            ..Default::default()
-        };
-        let subjects = cfg.subjects.clone();
-        match js.get_or_create_stream(cfg).await {
-            Ok(s) => {
-                // A stream made by an older host stored `ostm.NAME.*`, drift requests too:
-                // it keeps its settings and gets the subjects of docs/fan-out.md.
-                let mut have = s.cached_info().config.clone();
-                if have.subjects != subjects {
-                    info!(stream = %names.stream(), from = ?have.subjects, "setting the stream's subjects");
-                    have.subjects = subjects;
-                    if let Err(e) = js.update_stream(have).await {
-                        warn!(
-                            "cannot set the subjects of the NATS stream {}: {e}",
-                            names.stream()
-                        );
-                    }
-                }
-                break;
-            }
-            Err(e) => {
-                warn!(
-                    "cannot create the NATS stream {}: {e}; retrying",
-                    names.stream()
-                );
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = stop.cancelled() => return,
-                }
-            }
-        }
+    if !ready && !keep_making_stream(&js, &opts, &counters, &stop).await {
+        return;
     }
-    counters.connected.store(true, Ordering::Relaxed);
-    info!(stream = %names.stream(), "publishing to NATS");
-    tokio::spawn(answer_drift(client.clone(), names.drift(), hub));
+    let session = opts.session.clone();
+    info!(stream = %session.stream(), "publishing to NATS");
+    tokio::spawn(answer_drift(client.clone(), session.drift(), hub));
+    let ids = MessageIds::new(run_token());
     let mut acks: VecDeque<(u64, Ack)> = VecDeque::new();
     let mut batch = BytesMut::new();
     let mut pending: Option<Item> = None;
@@ -273,13 +443,14 @@ async fn run(
                 _ = stop.cancelled() => break,
             },
         };
+        let mut headers = async_nats::HeaderMap::new();
         let (subject, id, step, count, payload) = match first {
             Item::Record { step, frame } => {
                 // Records waiting now go in one message, while they fit.
                 batch.clear();
                 batch.extend_from_slice(&frame);
                 let mut count = 1u64;
-                while count < MAX_BATCH_RECORDS as u64 {
+                while count < MAX_BATCH_RECORDS {
                     match rx.try_recv() {
                         Ok(Item::Record { step: s, frame: f })
                             if s == step + count && batch.len() + f.len() <= MAX_BATCH_BYTES =>
@@ -294,9 +465,10 @@ async fn run(
                         Err(_) => break,
                     }
                 }
+                headers.insert(COUNT_HEADER, count.to_string().as_str());
                 (
-                    names.records(),
-                    format!("rec-{step}"),
+                    session.records(),
+                    ids.records(step),
                     step,
                     count,
                     batch.split().freeze(),
@@ -313,9 +485,10 @@ async fn run(
                         continue;
                     }
                 };
+                headers.insert(RATE_HEADER, opts.rate.to_string().as_str());
                 (
-                    names.keyframes(),
-                    format!("key-{}", world.step),
+                    session.keyframes(),
+                    ids.keyframe(world.step),
                     world.step,
                     0,
                     frame,
@@ -327,25 +500,19 @@ async fn run(
                     Ok(f) => f.0,
                     Err(_) => continue,
                 };
-                (names.end(), "end".to_string(), step, 0, frame)
+                (session.end(), ids.end(), step, 0, frame)
             }
         };
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Ostm-Step", step.to_string().as_str());
-        if count > 0 {
-            headers.insert("Ostm-Count", count.to_string().as_str());
-        }
-        if subject == names.keyframes() {
-            headers.insert("Ostm-Rate", opts.rate.to_string().as_str());
-        }
+        headers.insert(STEP_HEADER, step.to_string().as_str());
+        // The id after the other headers: `headers` replaces the message's header map.
         let publish = PublishMessage::build()
             .payload(payload)
-            .message_id(id)
-            .headers(headers);
+            .headers(headers)
+            .message_id(id);
         match js.send_publish(subject, publish).await {
             Ok(ack) => acks.push_back((count, Box::pin(ack.into_future()))),
             Err(e) => {
-                counters.failed.fetch_add(count.max(1), Ordering::Relaxed);
+                counters.fail(count);
                 warn!("cannot publish step {step} to NATS: {e}");
             }
         }
@@ -358,6 +525,16 @@ async fn run(
         settle(&mut acks, &counters).await;
     }
     let _ = client.flush().await;
+}
+
+/// This run's token in the message ids: the start time in nanoseconds and the process id,
+/// in hexadecimal, so that a host started again on the same session within the duplicate
+/// window is not taken for a repeat of the one before.
+fn run_token() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!("{nanos:x}p{:x}", std::process::id())
 }
 
 /// A publish acknowledgement still to come.
@@ -379,7 +556,7 @@ fn count_ack(
             counters.published.fetch_add(count, Ordering::Relaxed);
         }
         Err(e) => {
-            counters.failed.fetch_add(count.max(1), Ordering::Relaxed);
+            counters.fail(count);
             warn!("NATS did not acknowledge a publish: {e}");
         }
     }

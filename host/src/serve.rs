@@ -245,12 +245,14 @@ pub struct NatsArgs {
     /// --rate max).
     #[arg(long, value_name = "K")]
     pub keyframe_every: Option<u64>,
-    /// Keep the stream's messages this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    /// Keep the stream's messages this many seconds (at least 1; the stream's duplicate
+    /// window is 120 s, or this when shorter).
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
     pub retention_age: u64,
-    /// Keep at most this many bytes of the stream (the oldest go first) [default: 1 GiB,
-    /// 1073741824].
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30, hide_default_value = true)]
+    /// Keep at most this many bytes of the stream (the oldest go first). The server sets
+    /// this much of its JetStream storage aside for the stream [default: 64 MiB,
+    /// 67108864].
+    #[arg(long, value_name = "BYTES", default_value_t = crate::publish::DEFAULT_RETENTION_BYTES, hide_default_value = true, value_parser = clap::value_parser!(i64).range(1..))]
     pub retention_bytes: i64,
     #[command(flatten)]
     pub auth: NatsAuthArgs,
@@ -265,7 +267,8 @@ impl NatsArgs {
         let (Some(url), Some(session)) = (&self.publish, &self.session) else {
             return Ok(None);
         };
-        crate::publish::check_session(session)?;
+        let session = ostm_protocol::wire::nats::Session::new(session)
+            .map_err(|e| format!("--session: {e}"))?;
         let every =
             self.keyframe_every
                 .unwrap_or(if rate == 0 { 100_000 } else { u64::from(rate) });
@@ -274,9 +277,7 @@ impl NatsArgs {
         }
         Ok(Some(crate::publish::Options {
             url: url.clone(),
-            names: crate::publish::Names {
-                session: session.clone(),
-            },
+            session,
             keyframe_every: every,
             rate,
             max_age: Duration::from_secs(self.retention_age.max(1)),
@@ -406,6 +407,20 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
             })
         }
     };
+    let rate = match args.rate {
+        Rate::PerSecond(n) => Some(n),
+        Rate::Max => None,
+    };
+    // NATS before announcing anything: a bad session name, or a server that answers and
+    // refuses the stream, stops the host here.
+    let nats = match args.nats.options(rate.unwrap_or(0))? {
+        Some(o) => {
+            let counters = Arc::new(crate::publish::Counters::default());
+            let prepared = crate::publish::prepare(&o, &counters).await?;
+            Some((o, counters, prepared))
+        }
+        None => None,
+    };
     let listener =
         listen(args.listen).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -417,10 +432,6 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     let w = source.world();
     info!(%addr, step = w.step, dims = w.dims() as u8, bodies = w.bodies.len(), seed = w.setup().seed, "serving");
 
-    let rate = match args.rate {
-        Rate::PerSecond(n) => Some(n),
-        Rate::Max => None,
-    };
     let hub = Arc::new(Hub::new(
         source.world().clone(),
         Limits {
@@ -460,11 +471,16 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     };
     let cancel = CancellationToken::new();
     let nats_stop = CancellationToken::new();
-    let (feed, publisher, nats) = match args.nats.options(rate.unwrap_or(0))? {
-        Some(o) => {
-            info!(url = %o.url, session = %o.names.session, "publishing to NATS");
-            let (feed, task) = crate::publish::start(o, hub.clone(), nats_stop.clone());
-            let counters = feed.counters.clone();
+    let (feed, publisher, nats) = match nats {
+        Some((o, counters, prepared)) => {
+            info!(url = %o.url, session = %o.session.name(), "publishing to NATS");
+            let (feed, task) = crate::publish::start(
+                o,
+                counters.clone(),
+                prepared,
+                hub.clone(),
+                nats_stop.clone(),
+            );
             (Some(feed), Some(task), Some(counters))
         }
         None => (None, None, None),
@@ -612,13 +628,14 @@ fn print_status(
     if let Some(r) = rate {
         body.push_str(&format!(" rate {r:.0}/s"));
     }
-    if let Some(n) = nats {
+    let nats_state = nats.map(|n| n.state());
+    if let (Some(n), Some(state)) = (nats, &nats_state) {
         body.push_str(&format!(
             " nats {} published {} dropped {} failed {}",
-            if n.connected.load(Ordering::Relaxed) {
-                "up"
-            } else {
-                "down"
+            match state {
+                crate::publish::State::Up => "up",
+                crate::publish::State::Down => "down",
+                crate::publish::State::Refused(_) => "refused",
             },
             get(&n.published),
             get(&n.dropped),
@@ -644,8 +661,12 @@ fn print_status(
     if let Some(r) = rate {
         obj["rate"] = ((r * 10.0).round() / 10.0).into();
     }
-    if let Some(n) = nats {
-        obj["nats_connected"] = n.connected.load(Ordering::Relaxed).into();
+    if let (Some(n), Some(state)) = (nats, &nats_state) {
+        obj["nats_connected"] = (*state == crate::publish::State::Up).into();
+        obj["nats_error"] = match state {
+            crate::publish::State::Refused(why) => why.clone().into(),
+            _ => serde_json::Value::Null,
+        };
         obj["nats_published"] = get(&n.published).into();
         obj["nats_dropped"] = get(&n.dropped).into();
         obj["nats_failed"] = get(&n.failed).into();

@@ -2,7 +2,7 @@
 //! publishes each step to the hub without ever waiting on a viewer.
 
 use crate::hub::Hub;
-use crate::publish::Feed;
+use crate::publish::{Feed, Records};
 use crate::source::Source;
 use bytes::BytesMut;
 use ostm_protocol::format::recording::{Durability, Recorder};
@@ -92,6 +92,23 @@ fn flush_due(hub: &Hub, recorder: &mut Option<Recorder>) -> Result<(), String> {
             Ok(())
         }
         Ok(false) => Ok(()),
+    }
+}
+
+/// Hands step `step` (which brought the world to `world`) to the hub (its ring and
+/// viewers), then its record frame to NATS: in that order, so that a viewer who reads the
+/// record through NATS and asks the host about the step finds the host holding it.
+fn hand_over<R: Records>(
+    hub: &Hub,
+    nats: Option<&mut R>,
+    step: u64,
+    world: &ostm_protocol::World,
+    input: bytes::Bytes,
+    frame: &EncodedFrame,
+) {
+    hub.publish(world, input, frame);
+    if let Some(f) = nats {
+        f.record(step, &frame.0);
     }
 }
 
@@ -245,10 +262,14 @@ pub fn run(
                 .map_or(0, |d| d.as_nanos());
             let _ = writeln!(out, "{} {ns}", world.step);
         }
-        if let Some(f) = feed.as_mut() {
-            f.record(step, &frame.0);
-        }
-        hub.publish(world, input.bytes.clone(), &frame);
+        hand_over(
+            &hub,
+            feed.as_mut(),
+            step,
+            world,
+            input.bytes.clone(),
+            &frame,
+        );
         if let Some(r) = recorder.as_mut() {
             if let Err(e) = r.push(&input.bytes, hash) {
                 break end(
@@ -287,4 +308,70 @@ pub fn run(
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::Limits;
+    use ostm_protocol::wire::DriftStatus;
+    use ostm_protocol::{Dims, Setup, World};
+
+    /// Stands for the NATS feed: asks the hub, as a viewer's drift request would, about
+    /// the step each record brings the world to, at the moment the record is handed over.
+    struct Probe<'a> {
+        hub: &'a Hub,
+        seen: Vec<(u64, DriftStatus)>,
+    }
+
+    impl Records for Probe<'_> {
+        fn record(&mut self, step: u64, _frame: &bytes::Bytes) {
+            self.seen.push((step, self.hub.drift(step + 1).status));
+        }
+    }
+
+    #[test]
+    fn the_hub_holds_a_step_before_its_record_goes_to_nats() {
+        let mut world = World::new(
+            Setup {
+                dims: Dims::Two,
+                bodies: 4,
+                seed: 7,
+            },
+            None,
+        );
+        let hub = Hub::new(world.clone(), Limits { queue: 64, ring: 8 });
+        let mut probe = Probe {
+            hub: &hub,
+            seen: Vec::new(),
+        };
+        let mut frames = Frames::new();
+        for _ in 0..3 {
+            let step = world.step;
+            world.step(&[]);
+            let frame = frames
+                .encode(ToViewer::Record(Record {
+                    step,
+                    hash: world.hash(),
+                    input: bytes::Bytes::new(),
+                }))
+                .unwrap();
+            hand_over(
+                &hub,
+                Some(&mut probe),
+                step,
+                &world,
+                bytes::Bytes::new(),
+                &frame,
+            );
+        }
+        assert_eq!(
+            probe.seen,
+            [
+                (0, DriftStatus::Held),
+                (1, DriftStatus::Held),
+                (2, DriftStatus::Held)
+            ]
+        );
+    }
 }

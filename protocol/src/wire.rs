@@ -7,6 +7,8 @@
 //! - [`codec`]: the tokio-util [`Codec`] that frames them, with a stated maximum frame
 //!   length, counting the bytes consumed so every error names its offset in the stream.
 //! - [`run`]: record frames a viewer's reader takes whole and its verifier decodes.
+//! - [`nats`]: the fan-out through NATS JetStream: a session's stream and subjects, message
+//!   ids, headers and payload limits, and the frames of one message's payload.
 //!
 //! Nothing here touches a socket or a clock: the codec works on byte buffers, so it is
 //! tested by feeding it bytes.
@@ -17,6 +19,7 @@
 
 pub mod codec;
 pub mod msg;
+pub mod nats;
 pub mod run;
 
 pub use codec::{Codec, EncodedFrame, HostCodec, ViewerCodec, WireError};

@@ -95,7 +95,7 @@ fn a_late_join_through_nats_gives_the_same_rows_as_over_tcp_and_from_step_rewind
 }
 
 /// Publishes `msgs` (subject, payload) in order to a stream made here as the host would
-/// make it, with a plain NATS client.
+/// make it (its three subjects), with a plain NATS client.
 fn publish(nats: &Nats, name: &str, msgs: Vec<(String, Vec<u8>)>) {
     let url = nats.url();
     let name = name.to_string();
@@ -106,9 +106,10 @@ fn publish(nats: &Nats, name: &str, msgs: Vec<(String, Vec<u8>)>) {
     rt.block_on(async move {
         let client = async_nats::connect(url).await.unwrap();
         let js = async_nats::jetstream::new(client);
+        let session = ostm_protocol::wire::nats::Session::new(&name).unwrap();
         js.get_or_create_stream(async_nats::jetstream::stream::Config {
-            name: format!("OSTM_{name}"),
-            subjects: vec![format!("ostm.{name}.*")],
+            name: session.stream(),
+            subjects: session.stored(),
             allow_direct: true,
             ..Default::default()
         })
@@ -225,8 +226,7 @@ fn hostile_messages_on_the_stream_are_refused_with_subject_sequence_and_offset()
     ]);
     assert_eq!(code(&out), 2, "{}", stdout(&out));
     assert!(
-        stdout(&out).contains("subject ostm.odd.key, stream sequence 5")
-            && stdout(&out).contains("found one of another world"),
+        stdout(&out).contains("subject ostm.odd.key, stream sequence 5: at offset 0: expected a keyframe of the session's world, found one of another world"),
         "{}",
         stdout(&out)
     );
@@ -448,18 +448,272 @@ fn drift_through_nats_after_the_host_has_gone_says_so_and_gives_both_hashes() {
     );
     assert_eq!(d["field"], serde_json::Value::Null, "{d}");
     assert_eq!(d["every_stage_agrees"], false, "{d}");
-    let note = d["note"].as_str().unwrap_or_default();
-    assert!(
-        note.contains("drift requests on ostm.gone.drift")
-            || note.contains("drift request on ostm.gone.drift"),
-        "the report names the subject it asked on: {d}"
-    );
-    assert!(
-        note.ends_with("; the host has gone"),
-        "the report says the host is not there to ask: {d}"
+    // The server knows no responder on the subject: it says so at once.
+    assert_eq!(
+        d["note"], "no host answers drift requests on ostm.gone.drift any more; the host has gone",
+        "{d}"
     );
     assert_eq!(
         d["stages"], "stages unknown: no reply came from the host, so its stage hashes are unknown",
+        "{d}"
+    );
+}
+
+/// The embedded world's records as frames, record `bad`'s hash changed (none: all honest).
+fn records_with_bad_hash(n: u64, bad: Option<usize>) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let (key, mut recs) = honest(n);
+    if let Some(i) = bad {
+        // The hash is the 8 bytes after the length, the type and the step.
+        recs[i][13] ^= 1;
+    }
+    (key, recs)
+}
+
+fn end_frame(host_step: u64) -> Vec<u8> {
+    frame(&ToViewer::End(ostm_protocol::wire::End {
+        reason: ostm_protocol::wire::EndReason::Finished,
+        text: "done".into(),
+        host_step,
+    }))
+}
+
+/// A `rec` message whose first records are whole and good and whose last frame is bad:
+/// the good ones are verified, then the message is refused at the bad frame's offset.
+#[test]
+fn the_good_records_before_a_bad_frame_are_verified() {
+    let nats = Nats::start();
+    let (key, recs) = honest(8);
+    let subj = |leaf: &str| format!("ostm.part.{leaf}");
+    let mut msgs = vec![(subj("key"), key)];
+    msgs.extend(recs[..3].iter().map(|r| (subj("rec"), r.clone())));
+    let mut mixed = recs[3..6].concat();
+    let at = mixed.len();
+    mixed.extend_from_slice(&[2, 0, 0, 0, 0x7e, 0]);
+    msgs.push((subj("rec"), mixed));
+    publish(&nats, "part", msgs);
+    let out = viewer(&["check", &format!("{}/part", nats.url()), "--steps", "40"]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    let text = stdout(&out) + &stderr(&out);
+    assert!(
+        text.contains(&format!(
+            "subject ostm.part.rec, stream sequence 5: at offset {}: expected a host message type",
+            at + 4
+        )) && text.contains("verified 6 steps (step 0 to 6)"),
+        "{text}"
+    );
+}
+
+/// Each refusal of docs/fan-out.md's table, with its offset, once.
+#[test]
+fn every_refusal_names_its_offset() {
+    let nats = Nats::start();
+    let (key, recs) = honest(4);
+    let resync_key = {
+        let mut k = key.clone();
+        k[5] = 1; // the kind byte: a resync snapshot
+        k
+    };
+    let cases: Vec<(&str, Vec<(&str, Vec<u8>)>, String)> = vec![
+        (
+            "notrec",
+            vec![("rec", [recs[0].clone(), key.clone()].concat())],
+            format!(
+                "stream sequence 2: at offset {}: expected record frames (0x83) only, found a frame of type 0x82",
+                recs[0].len()
+            ),
+        ),
+        (
+            "twoends",
+            vec![("end", [end_frame(1), end_frame(1)].concat())],
+            format!(
+                "stream sequence 2: at offset {}: expected one end frame (0x85), found a second frame",
+                end_frame(1).len()
+            ),
+        ),
+        (
+            "notend",
+            vec![("end", recs[0].clone())],
+            "stream sequence 2: at offset 0: expected one end frame (0x85), found a frame of type 0x83".into(),
+        ),
+        (
+            "kind1",
+            vec![("key", resync_key)],
+            "stream sequence 2: at offset 5: expected a snapshot of kind 0 (attach), found kind 1".into(),
+        ),
+        (
+            "cut",
+            vec![("rec", recs[0][..recs[0].len() - 2].to_vec())],
+            format!(
+                "stream sequence 2: at offset 0: the payload ends inside a frame: expected {} frame bytes, found {}",
+                recs[0].len() - 4,
+                recs[0].len() - 6
+            ),
+        ),
+        (
+            "empty",
+            vec![("rec", Vec::new())],
+            "stream sequence 2: at offset 0: expected at least one frame, found an empty payload".into(),
+        ),
+    ];
+    for (name, tail, want) in cases {
+        let mut msgs = vec![(format!("ostm.{name}.key"), key.clone())];
+        msgs.extend(
+            tail.into_iter()
+                .map(|(leaf, p)| (format!("ostm.{name}.{leaf}"), p)),
+        );
+        publish(&nats, name, msgs);
+        let out = viewer(&[
+            "check",
+            &format!("{}/{name}", nats.url()),
+            "--from-step",
+            "0",
+            "--steps",
+            "40",
+        ]);
+        let text = stdout(&out) + &stderr(&out);
+        assert_eq!(code(&out), 2, "{name}: {text}");
+        assert!(
+            text.contains(&format!("{}/{name}: subject ostm.{name}.", nats.url()))
+                && text.contains(&want),
+            "{name}: expected `{want}` in {text}"
+        );
+    }
+}
+
+/// The attach's JSON end object.
+fn end_object(out: &std::process::Output) -> serde_json::Value {
+    json(stdout(out).lines().last().unwrap_or("null"))
+}
+
+/// Steps the host dropped (5..10) are followed by its keyframe of step 10, before the
+/// record of step 10: the viewer continues there at once, and the verdict names the gap.
+#[test]
+fn the_keyframe_after_dropped_steps_closes_the_gap_and_the_verdict_names_it() {
+    let nats = Nats::start();
+    let (key0, recs) = honest(21);
+    let key10 = frame(&ToViewer::Snapshot {
+        kind: SnapshotKind::Attach,
+        world: default_world_at(10),
+    });
+    let s = |leaf: &str| format!("ostm.drop.{leaf}");
+    let mut msgs = vec![(s("key"), key0)];
+    msgs.extend(recs[..5].iter().map(|r| (s("rec"), r.clone())));
+    msgs.push((s("key"), key10));
+    msgs.push((s("rec"), recs[10..15].concat()));
+    msgs.push((s("rec"), recs[15..21].concat()));
+    msgs.push((s("end"), end_frame(21)));
+    publish(&nats, "drop", msgs);
+    let out = viewer(&[
+        "attach",
+        &format!("{}/drop", nats.url()),
+        "--from-step",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let end = end_object(&out);
+    assert_eq!(end["verdict"], "ok", "{end}");
+    assert_eq!(end["verified"], 16, "steps 0..5 and 10..21: {end}");
+    assert_eq!(end["step"], 21, "{end}");
+    assert_eq!(end["resyncs"], 0, "{end}");
+    let gaps = end["gaps"].as_array().unwrap();
+    assert_eq!(gaps.len(), 1, "{end}");
+    assert_eq!(
+        (&gaps[0]["from"], &gaps[0]["to"], &gaps[0]["steps"]),
+        (&5.into(), &10.into(), &5.into()),
+        "{end}"
+    );
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| json(l)["event"] == "gap" && json(l)["from"] == 5),
+        "a gap event as it happens: {}",
+        stdout(&out)
+    );
+}
+
+/// A gap no keyframe closed before the end: the verdict names the steps never verified.
+#[test]
+fn a_gap_still_open_at_the_end_is_in_the_verdict() {
+    let nats = Nats::start();
+    let (key0, recs) = honest(13);
+    let s = |leaf: &str| format!("ostm.open.{leaf}");
+    let mut msgs = vec![(s("key"), key0)];
+    msgs.extend(recs[..5].iter().map(|r| (s("rec"), r.clone())));
+    msgs.push((s("rec"), recs[8..13].concat()));
+    msgs.push((s("end"), end_frame(13)));
+    publish(&nats, "open", msgs);
+    let addr = format!("{}/open", nats.url());
+    let out = viewer(&["attach", &addr, "--json"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let end = end_object(&out);
+    assert_eq!(end["verified"], 5, "{end}");
+    let gaps = end["gaps"].as_array().unwrap();
+    assert_eq!(gaps.len(), 1, "{end}");
+    assert_eq!(
+        (&gaps[0]["from"], &gaps[0]["to"]),
+        (&5.into(), &13.into()),
+        "{end}"
+    );
+    assert_eq!(
+        gaps[0]["why"], "steps 5..13 are not on the stream OSTM_open before its end",
+        "{end}"
+    );
+    // And in words.
+    let out = viewer(&["attach", &addr]);
+    assert!(
+        stdout(&out).contains("gap: steps 5..13 are not on the stream OSTM_open before its end"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// A responder on the drift subject that never answers: after 5 s the note says that no
+/// host answered on the subject (not the TCP wording).
+#[test]
+fn a_drift_request_nobody_answers_gets_the_nats_note() {
+    let nats = Nats::start();
+    let (key, recs) = records_with_bad_hash(6, Some(3));
+    let s = |leaf: &str| format!("ostm.mute.{leaf}");
+    let mut msgs = vec![(s("key"), key)];
+    msgs.extend(recs.iter().map(|r| (s("rec"), r.clone())));
+    publish(&nats, "mute", msgs);
+    // A subscriber that takes the requests and says nothing.
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let url = nats.url();
+    let mute = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let client = async_nats::connect(url).await.unwrap();
+            let _sub = client.subscribe("ostm.mute.drift").await.unwrap();
+            client.flush().await.unwrap();
+            ready_tx.send(()).unwrap();
+            tokio::task::spawn_blocking(move || stop_rx.recv())
+                .await
+                .ok();
+        });
+    });
+    ready_rx.recv().unwrap();
+    let out = viewer(&[
+        "check",
+        &format!("{}/mute", nats.url()),
+        "--steps",
+        "6",
+        "--json",
+        "--no-bundle",
+    ]);
+    let _ = stop_tx.send(());
+    mute.join().unwrap();
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    let d = end_object(&out)["drift"].clone();
+    assert_eq!(d["step"], 4, "{d}");
+    assert_eq!(
+        d["note"],
+        "no host answered the drift request on ostm.mute.drift within 5 s; the host has gone",
         "{d}"
     );
 }

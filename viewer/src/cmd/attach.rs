@@ -281,6 +281,7 @@ impl HostArgs {
     /// A token too long or unreadable, or a TLS set-up that cannot be built.
     pub fn connect(&self, addr: &mut String) -> Result<Options, String> {
         *addr = with_default_port(addr);
+        crate::live::nats::check_address(addr, self.from_step)?;
         Ok(Options {
             addr: addr.clone(),
             token: self.token.resolve()?,
@@ -299,6 +300,9 @@ impl HostArgs {
 /// The token or TLS options cannot be used with the address.
 pub fn options(args: &mut Args) -> Result<Options, String> {
     let host = args.host.connect(&mut args.addr)?;
+    if let Some(path) = &args.recording.record {
+        ostm_protocol::recording::check_target(path, args.recording.force)?;
+    }
     Ok(Options {
         steps: args.steps,
         until: args.until,
@@ -459,6 +463,19 @@ impl Lines {
                         "gap: {}; reconnected at step {} (steps {}..{} not seen){cont}",
                         gap.why, gap.to, gap.from, gap.to
                     ));
+                }
+            }
+            Event::Gap { gap, file } => {
+                if terminal {
+                    eprint!("\r\x1b[2K");
+                }
+                if json {
+                    self.put(&serde_json::json!({"event": "gap", "from": gap.from, "to": gap.to, "steps": gap.to.saturating_sub(gap.from), "why": gap.why, "file": file.map(|f| f.display().to_string())}).to_string());
+                } else {
+                    let cont = file
+                        .map(|f| format!("; recording continues in {}", f.display()))
+                        .unwrap_or_default();
+                    self.put(&format!("gap: {}{cont}", gap.why));
                 }
             }
             Event::Status(_) if self.view.is_some() => {}

@@ -11,57 +11,67 @@
 use super::network::{Ended, Shared};
 use super::spool::{Item, Spool};
 use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
-use bytes::BytesMut;
 use futures::StreamExt;
 use ostm_protocol::cli::NatsAuthArgs;
-use ostm_protocol::wire::{
-    DriftReply, PeerRole, ToHost, ToViewer, ViewerCodec, Welcome, WireError, VERSION,
+use ostm_protocol::wire::nats::{
+    self as wire, another_world, check_session, not_a_record, Follow, Leaf, Session, Take,
+    RATE_HEADER,
 };
+use ostm_protocol::wire::{DriftReply, PeerRole, ToHost, ToViewer, ViewerCodec, Welcome, VERSION};
 use ostm_protocol::World;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio_util::codec::Decoder;
 use tracing::debug;
 
-/// The largest message payload a viewer takes: a batch of records (at most 64 KiB) plus
-/// one largest frame.
-pub const MAX_PAYLOAD: usize = 64 * 1024 + 4 + 65_554;
 /// How long the reader waits for any message before it gives the session up: longer than
 /// over TCP, since a NATS server that restarts takes the client a few reconnection
 /// attempts and the ordered consumer two missed idle heartbeats (5 s each) to resume.
 pub const SILENCE: Duration = Duration::from_secs(30);
 /// How long a drift request waits for the host's reply.
-const DRIFT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DRIFT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the verifier waits for the reader's answer to a drift request: the reader
+/// always answers within [`DRIFT_TIMEOUT`] of taking the request (a reply, or why none
+/// came), so the verifier waits longer and reports the reader's reason.
+pub const DRIFT_WAIT: Duration = Duration::from_secs(DRIFT_TIMEOUT.as_secs() + 5);
 
 /// A session on NATS: the server and the session's name.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub url: String,
-    pub session: String,
+    pub session: Session,
 }
 
 /// `nats://HOST:PORT/NAME` as server and session; `None` for any other address.
 pub fn parse(addr: &str) -> Option<Result<Target, String>> {
     let rest = addr.strip_prefix("nats://")?;
     Some(match rest.split_once('/') {
-        Some((server, name)) if !server.is_empty() && valid_session(name) => Ok(Target {
-            url: format!("nats://{server}"),
-            session: name.to_string(),
-        }),
+        Some((server, name)) if !server.is_empty() && check_session(name).is_ok() => {
+            Session::new(name).map(|session| Target {
+                url: format!("nats://{server}"),
+                session,
+            })
+        }
         _ => Err(format!(
             "{addr}: expected nats://HOST:PORT/NAME, NAME 1..=64 of A-Z a-z 0-9 _ -"
         )),
     })
 }
 
-fn valid_session(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+/// Checks a live address with `--from-step` before anything is announced: a NATS address
+/// must name a session, and `--from-step` needs one.
+///
+/// # Errors
+/// A sentence naming what is wrong.
+pub fn check_address(addr: &str, from_step: Option<u64>) -> Result<(), String> {
+    match parse(addr) {
+        Some(t) => t.map(|_| ()),
+        None if from_step.is_some() => Err(
+            "--from-step needs a session on NATS (nats://HOST:PORT/NAME): a TCP host streams from its current step".into(),
+        ),
+        None => Ok(()),
+    }
 }
 
 /// What the NATS reader needs.
@@ -74,55 +84,18 @@ pub struct Dial {
 }
 
 impl Target {
-    fn stream(&self) -> String {
-        format!("OSTM_{}", self.session)
-    }
-    fn subject(&self, leaf: &str) -> String {
-        format!("ostm.{}.{leaf}", self.session)
-    }
     /// The name a message is given in errors.
     fn place(&self, subject: &str, seq: u64) -> String {
         format!(
             "{}/{}: subject {subject}, stream sequence {seq}",
-            self.url, self.session
+            self.url,
+            self.session.name()
         )
     }
-}
 
-/// Decodes every frame of a payload; errors name the message and the offset in it.
-fn frames(place: &str, payload: &[u8]) -> Result<Vec<ToViewer>, String> {
-    if payload.len() > MAX_PAYLOAD {
-        return Err(format!(
-            "{place}: at offset 0: expected a payload of at most {MAX_PAYLOAD} bytes, found {}",
-            payload.len()
-        ));
-    }
-    let mut src = BytesMut::from(payload);
-    let mut codec = ViewerCodec::new(place.to_string());
-    let mut out = Vec::new();
-    loop {
-        match codec.decode_eof(&mut src) {
-            Ok(Some(m)) => out.push(m),
-            Ok(None) => break,
-            Err(WireError::Format(e)) => return Err(e.to_string()),
-            Err(WireError::Io(e)) => return Err(format!("{place}: {e}")),
-        }
-    }
-    if out.is_empty() {
-        return Err(format!(
-            "{place}: at offset 0: expected at least one frame, found an empty payload"
-        ));
-    }
-    Ok(out)
-}
-
-/// The one keyframe a `.key` message holds.
-fn keyframe(place: &str, payload: &[u8]) -> Result<World, String> {
-    match frames(place, payload)?.as_slice() {
-        [ToViewer::Snapshot { world, .. }] => Ok(world.clone()),
-        _ => Err(format!(
-            "{place}: at offset 0: expected one snapshot frame (0x82), found another message"
-        )),
+    /// `URL/NAME`, as errors begin.
+    fn name(&self) -> String {
+        format!("{}/{}", self.url, self.session.name())
     }
 }
 
@@ -135,6 +108,7 @@ pub async fn run(
     replies: std::sync::mpsc::Sender<Result<DriftReply, String>>,
 ) -> Ended {
     let t = &dial.target;
+    let s = &t.session;
     let client = match dial.auth.connect_options().await {
         Ok(o) => match o.connect(&t.url).await {
             Ok(c) => c,
@@ -143,38 +117,39 @@ pub async fn run(
         Err(e) => return Ended::Broken(e),
     };
     let js = jetstream::new(client.clone());
-    let stream = match js.get_stream(t.stream()).await {
-        Ok(s) => s,
+    let stream = match js.get_stream(s.stream()).await {
+        Ok(st) => st,
         Err(e) => {
             return Ended::Broken(format!(
                 "no session {} on {} (stream {}): {e}",
-                t.session,
+                s.name(),
                 t.url,
-                t.stream()
+                s.stream()
             ))
         }
     };
-    let keys = t.subject("key");
+    let keys = s.keyframes();
     // The keyframe to start from, and its stream sequence.
     let start = match dial.from_step {
         None => match stream.direct_get_last_for_subject(&keys).await {
-            Ok(m) => {
-                let place = t.place(&keys, m.sequence);
-                keyframe(&place, &m.payload).map(|w| (m.sequence, w, rate(&m.headers)))
-            }
-            Err(e) => Err(format!(
-                "{}/{}: no keyframe yet on {keys}: {e}",
-                t.url, t.session
-            )),
+            Ok(m) => wire::keyframe(&t.place(&keys, m.sequence), &m.payload)
+                .map(|w| (m.sequence, w, rate(&m.headers)))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(format!("{}: no keyframe yet on {keys}: {e}", t.name())),
         },
-        Some(s) => find_keyframe(&stream, t, &keys, s).await,
+        Some(step) => find_keyframe(&stream, t, &keys, step).await,
     };
     let (key_seq, world, host_rate) = match start {
         Ok(k) => k,
         Err(e) => return Ended::Broken(e),
     };
-    let (setup, link) = (world.setup(), world.link());
-    let mut expected = world.step;
+    let mut reading = Reading {
+        target: t,
+        world: (world.setup(), world.link()),
+        follow: Follow::new(world.step),
+        batch: Vec::new(),
+        shared: &shared,
+    };
     shared.connection.fetch_add(1, Ordering::SeqCst);
     shared.host_step.fetch_max(world.step, Ordering::Relaxed);
     let welcome = Welcome {
@@ -188,7 +163,7 @@ pub async fn run(
     if spool.push(Item::Attached { welcome, world }).is_err() {
         return Ended::Broken("cannot spool the keyframe".into());
     }
-    let filter = format!("ostm.{}.*", t.session);
+    let filter = s.filter();
     // A server busy delivering to many others may time out the consumer's creation: it is
     // asked again until the session has been silent for `SILENCE`.
     let asked = tokio::time::Instant::now();
@@ -199,7 +174,7 @@ pub async fn run(
             Err(e) if asked.elapsed() >= SILENCE => {
                 return Ended::Broken(format!(
                     "cannot read the stream {} for {} s: {e}",
-                    t.stream(),
+                    s.stream(),
                     SILENCE.as_secs()
                 ))
             }
@@ -213,21 +188,19 @@ pub async fn run(
     // The last stream sequence taken, and when the last message came.
     let mut last_seq = key_seq;
     let mut heard = tokio::time::Instant::now();
-    let (recs, end) = (t.subject("rec"), t.subject("end"));
-    // A record past the next step was seen: records are skipped until a keyframe at or
-    // after the step the viewer is at.
-    let mut gap = false;
-    let mut batch: Vec<Item> = Vec::new();
     loop {
         let msg = tokio::select! {
             biased;
             m = messages.next() => m,
             _ = tokio::time::sleep(RESUME_AFTER) => {
                 if heard.elapsed() >= SILENCE {
-                    return Ended::Lost(format!(
+                    let why = format!(
                         "the session {} on {} sent nothing for {} ms (its host publishes a record every step, at least one a second)",
-                        t.session, t.url, SILENCE.as_millis()
-                    ));
+                        s.name(), t.url, SILENCE.as_millis()
+                    );
+                    reading.open_gap(0, "before the session was lost");
+                    let _ = spool.push_all(&mut reading.batch);
+                    return Ended::Lost(why);
                 }
                 // Quiet for a while (a restarted server, a lost consumer): read on from
                 // the message after the last one taken with a new consumer.
@@ -239,13 +212,13 @@ pub async fn run(
             }
             r = from_verifier.recv() => {
                 if let Some(r) = r {
-                    pass_on(&client, &t.subject("drift"), r, &replies).await;
+                    pass_on(&client, &s.drift(), r, &replies).await;
                 }
                 continue;
             }
         };
         let msg = match msg {
-            None => return Ended::Lost(format!("the stream {} ended", t.stream())),
+            None => return Ended::Lost(format!("the stream {} ended", s.stream())),
             Some(Err(e)) => {
                 // The ordered consumer recreates itself after a server restart; a gap
                 // this leaves is found by step number.
@@ -261,75 +234,118 @@ pub async fn run(
             continue;
         }
         last_seq = last_seq.max(seq);
-        let subject = msg.subject.as_str().to_string();
-        let place = t.place(&subject, seq);
-        if subject == recs {
-            let decoded = match frames(&place, &msg.payload) {
-                Ok(f) => f,
-                Err(e) => return Ended::Broken(e),
-            };
-            for m in decoded {
-                let ToViewer::Record(r) = m else {
-                    return Ended::Broken(format!(
-                        "{place}: expected record frames (0x83) only, found another message"
-                    ));
-                };
-                shared
-                    .host_step
-                    .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
-                if gap || r.step < expected {
-                    // A duplicate delivery, or a record the viewer cannot use yet.
-                    continue;
-                }
-                if r.step > expected {
-                    debug!(expected, found = r.step, "gap in the stream");
-                    gap = true;
-                    continue;
-                }
-                expected = r.step.wrapping_add(1);
-                batch.push(Item::Record(r));
-            }
-        } else if subject == keys {
-            let world = match keyframe(&place, &msg.payload) {
-                Ok(w) => w,
-                Err(e) => return Ended::Broken(e),
-            };
-            if world.setup() != setup || world.link() != link {
-                return Ended::Broken(format!(
-                    "{place}: expected a keyframe of the session's world, found one of another world"
-                ));
-            }
-            shared.host_step.fetch_max(world.step, Ordering::Relaxed);
-            if gap && world.step >= expected {
-                gap = false;
-                expected = world.step;
-                batch.push(Item::Resync(world));
-            }
-        } else if subject == end {
-            match frames(&place, &msg.payload).as_deref() {
-                Ok([ToViewer::End(e)]) => {
-                    batch.push(Item::End(e.clone()));
-                    let _ = spool.push_all(&mut batch);
-                    // The verifier may still be behind and find a drift: its request goes
-                    // to the host as before (which answers, or is gone) until the session
-                    // drops the reader.
-                    while let Some(r) = from_verifier.recv().await {
-                        pass_on(&client, &t.subject("drift"), r, &replies).await;
-                    }
-                    return Ended::End(e.clone());
-                }
-                Ok(_) => {
-                    return Ended::Broken(format!(
-                        "{place}: expected one end frame (0x85), found another message"
-                    ))
-                }
-                Err(e) => return Ended::Broken(e.clone()),
-            }
-        } else {
-            debug!(subject, "a message on another subject; ignored");
-        }
-        if let Err(e) = spool.push_all(&mut batch) {
+        let taken = reading.message(msg.subject.as_str(), seq, &msg.payload);
+        // What was whole and valid goes to the verifier, also before a refusal.
+        if let Err(e) = spool.push_all(&mut reading.batch) {
             return Ended::Broken(format!("cannot spool the stream's records to disk: {e}"));
+        }
+        match taken {
+            Ok(None) => {}
+            Ok(Some(end)) => {
+                // The verifier may still be behind and find a drift: its request goes
+                // to the host as before (which answers, or is gone) until the session
+                // drops the reader.
+                while let Some(r) = from_verifier.recv().await {
+                    pass_on(&client, &s.drift(), r, &replies).await;
+                }
+                return Ended::End(end);
+            }
+            Err(e) => return Ended::Broken(e),
+        }
+    }
+}
+
+/// The stream's messages turned into the verifier's items by the gap rule
+/// ([`Follow`], docs/fan-out.md "What a viewer does").
+struct Reading<'a> {
+    target: &'a Target,
+    /// The session's world: its setup and link.
+    world: (ostm_protocol::Setup, Option<ostm_protocol::Link>),
+    follow: Follow,
+    /// Items for the spool, pushed after each message.
+    batch: Vec<Item>,
+    shared: &'a Shared,
+}
+
+impl Reading<'_> {
+    /// Takes one message: `Ok(Some(end))` for the end, `Err(why)` for a message refused
+    /// (the items before the refused frame are in the batch).
+    fn message(
+        &mut self,
+        subject: &str,
+        seq: u64,
+        payload: &[u8],
+    ) -> Result<Option<ostm_protocol::wire::End>, String> {
+        let place = self.target.place(subject, seq);
+        match self.target.session.leaf(subject) {
+            Leaf::Records => self.records(&place, payload).map(|()| None),
+            Leaf::Keyframes => {
+                let world = wire::keyframe(&place, payload).map_err(|e| e.to_string())?;
+                if (world.setup(), world.link()) != self.world {
+                    return Err(another_world(&place).to_string());
+                }
+                self.shared
+                    .host_step
+                    .fetch_max(world.step, Ordering::Relaxed);
+                if let Some(from) = self.follow.keyframe(world.step) {
+                    debug!(from, to = world.step, "a keyframe closes a gap");
+                    let why = format!(
+                        "steps {from}..{} are not on the stream {}; continuing from its keyframe at step {}",
+                        world.step,
+                        self.target.session.stream(),
+                        world.step
+                    );
+                    self.batch.push(Item::Gap {
+                        to: world.step,
+                        world: Some(world),
+                        why,
+                    });
+                }
+                Ok(None)
+            }
+            Leaf::End => {
+                let end = wire::end(&place, payload).map_err(|e| e.to_string())?;
+                self.open_gap(end.host_step, "before its end");
+                self.batch.push(Item::End(end.clone()));
+                Ok(Some(end))
+            }
+            Leaf::Other => {
+                debug!(subject, "a message on another subject; ignored");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The records of a `rec` message, each whole and valid one before a bad frame taken.
+    fn records(&mut self, place: &str, payload: &[u8]) -> Result<(), String> {
+        for f in wire::frames(place, payload).map_err(|e| e.to_string())? {
+            let (at, m) = f.map_err(|e| e.to_string())?;
+            let ToViewer::Record(r) = m else {
+                return Err(not_a_record(place, at, &m).to_string());
+            };
+            self.shared
+                .host_step
+                .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
+            if self.follow.record(r.step) == Take::Verify {
+                self.batch.push(Item::Record(r));
+            }
+        }
+        Ok(())
+    }
+
+    /// The stream ends (at the host's step `host_step`) or is lost (0) with steps heard of
+    /// past the viewer's: they are a gap no keyframe closed.
+    fn open_gap(&mut self, host_step: u64, when: &str) {
+        if let Some((from, to)) = self.follow.open_gap(host_step) {
+            let why = format!(
+                "steps {from}..{to} are not on the stream {} {when}",
+                self.target.session.stream()
+            );
+            self.batch.push(Item::Gap {
+                to,
+                world: None,
+                why,
+            });
         }
     }
 }
@@ -359,7 +375,7 @@ async fn read_from(
 /// The host's rate from a keyframe's `Ostm-Rate` header (0 when absent).
 fn rate(headers: &async_nats::HeaderMap) -> u32 {
     headers
-        .get("Ostm-Rate")
+        .get(RATE_HEADER)
         .and_then(|v| v.as_str().parse().ok())
         .unwrap_or(0)
 }
@@ -378,23 +394,21 @@ async fn find_keyframe(
             ..Default::default()
         })
         .await
-        .map_err(|e| format!("cannot read the keyframes of {}: {e}", t.stream()))?;
+        .map_err(|e| format!("cannot read the keyframes of {}: {e}", t.session.stream()))?;
     let mut msgs = consumer
         .messages()
         .await
-        .map_err(|e| format!("cannot read the keyframes of {}: {e}", t.stream()))?;
+        .map_err(|e| format!("cannot read the keyframes of {}: {e}", t.session.stream()))?;
     let mut best: Option<(u64, World, u32)> = None;
     let mut first: Option<(ostm_protocol::Setup, Option<ostm_protocol::Link>)> = None;
     while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), msgs.next()).await {
         let info = m.info().map_err(|e| e.to_string())?;
         let (seq, pending) = (info.stream_sequence, info.pending);
         let place = t.place(keys, seq);
-        let world = keyframe(&place, &m.payload)?;
+        let world = wire::keyframe(&place, &m.payload).map_err(|e| e.to_string())?;
         let this = (world.setup(), world.link());
         if *first.get_or_insert(this) != this {
-            return Err(format!(
-                "{place}: expected a keyframe of the session's world, found one of another world"
-            ));
+            return Err(another_world(&place).to_string());
         }
         if world.step > step {
             break;
@@ -407,8 +421,8 @@ async fn find_keyframe(
     }
     best.ok_or_else(|| {
         format!(
-            "{}/{}: the stream holds no keyframe at or before step {step} (its oldest has gone, or the session started later)",
-            t.url, t.session
+            "{}: the stream holds no keyframe at or before step {step} (its oldest has gone, or the session started later)",
+            t.name()
         )
     })
 }
@@ -449,7 +463,9 @@ async fn drift(
             }
             _ => format!("the drift request on {subject} failed: {e}"),
         })?;
-    match frames(subject, &reply.payload) {
+    let frames: Result<Vec<_>, _> =
+        wire::frames(subject, &reply.payload).and_then(|f| f.map(|r| r.map(|(_, m)| m)).collect());
+    match frames {
         Ok(f) => match f.as_slice() {
             [ToViewer::DriftReply(d)] => Ok(d.clone()),
             _ => Err(format!(

@@ -104,6 +104,9 @@ pub struct Network {
     pub replies: std::sync::mpsc::Receiver<Result<DriftReply, String>>,
     /// Why no reply can come once the reader's thread has ended.
     pub gone: &'static str,
+    /// How long the verifier waits for the reader's answer to a drift request: over NATS
+    /// longer than the reader's own wait, so that the reader's reason is the one reported.
+    pub reply_wait: std::time::Duration,
 }
 
 impl Network {
@@ -115,10 +118,10 @@ impl Network {
         spool: Arc<Spool>,
         shared: Arc<Shared>,
     ) -> std::io::Result<Network> {
-        let gone = if nats.is_some() {
-            NATS_READER_STOPPED
+        let (gone, reply_wait) = if nats.is_some() {
+            (NATS_READER_STOPPED, super::nats::DRIFT_WAIT)
         } else {
-            HOST_CLOSED
+            (HOST_CLOSED, super::session::DRIFT_REPLY_TIMEOUT)
         };
         let cancel = CancellationToken::new();
         let (to_host, from_verifier) = mpsc::unbounded_channel();
@@ -176,6 +179,7 @@ impl Network {
             to_host,
             replies,
             gone,
+            reply_wait,
         })
     }
 

@@ -115,7 +115,8 @@ pub enum Stop {
     Failed(String),
 }
 
-/// A stretch of steps the viewer never saw, because its connection was lost.
+/// A stretch of steps the viewer never saw: its connection was lost, or (NATS) they were
+/// not on the stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gap {
     /// The viewer's step when the connection was lost.
@@ -200,6 +201,13 @@ pub enum Event<'a> {
     /// The connection was lost and made again: the steps from `gap.from` to `gap.to`
     /// were not seen.
     Reconnected {
+        gap: &'a Gap,
+        file: Option<&'a PathBuf>,
+    },
+    /// Steps `gap.from` to `gap.to` never came on the connection (NATS: they are not on
+    /// the stream); the viewer continues from the snapshot at `gap.to` when the gap
+    /// closed, in `file` when recording.
+    Gap {
         gap: &'a Gap,
         file: Option<&'a PathBuf>,
     },
@@ -574,6 +582,44 @@ fn verify_loop(
                     return Stop::Asked;
                 }
             }
+            Item::Gap { to, world, why } => {
+                let gap = Gap {
+                    from: st.world.step,
+                    to,
+                    why,
+                };
+                let mut file = None;
+                if let Some(world) = world {
+                    if world.setup() != st.world.setup() || world.link() != st.world.link() {
+                        return Stop::Failed(
+                            "protocol error: a keyframe of another world closes a gap".into(),
+                        );
+                    }
+                    st.world = world;
+                    st.stepped = false;
+                    one.trail.restart(&st.world);
+                    file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
+                        Some(Err(e)) => {
+                            return Stop::Failed(format!(
+                                "cannot continue the recording after a gap: {e}"
+                            ))
+                        }
+                        Some(Ok(p)) => Some(p),
+                        None => None,
+                    };
+                    shared.viewer_step.store(st.world.step, Ordering::Relaxed);
+                }
+                events(Event::Gap {
+                    gap: &gap,
+                    file: file.as_ref(),
+                });
+                let why = format!("steps {} to {} never came", gap.from, gap.to);
+                st.gaps.push(gap);
+                st.reached(opts, &why, events);
+                if opts.until.is_some_and(|u| st.world.step >= u) {
+                    return Stop::Asked;
+                }
+            }
             Item::End(e) => {
                 if opts.reconnect.is_some() && network::reconnects_after(&e) {
                     let why = format!(
@@ -803,7 +849,7 @@ fn drift(
         // Replies or connection ends left from before are not about this request.
         while net.replies.try_recv().is_ok() {}
         net.send(ToHost::DriftRequest { step });
-        let deadline = Instant::now() + DRIFT_REPLY_TIMEOUT;
+        let deadline = Instant::now() + net.reply_wait;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match net.replies.recv_timeout(left) {

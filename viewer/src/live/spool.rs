@@ -39,6 +39,14 @@ pub enum Item {
     Records(RecordRun),
     /// A resync snapshot.
     Resync(World),
+    /// Steps that never came (on NATS: they are not on the stream), from the viewer's step
+    /// to `to`: the viewer continues from `world`, the keyframe at step `to` that closed
+    /// the gap, or, with none, the stream ended (or was lost) first. Reported as a gap.
+    Gap {
+        to: u64,
+        world: Option<World>,
+        why: String,
+    },
     /// The host's end message.
     End(End),
     /// The connection failed or closed without an end; `final` when no reconnection follows.

@@ -145,7 +145,7 @@ fn message(ev: &Event<'_>) -> Option<Msg> {
             to,
             file: file.cloned(),
         },
-        Event::Reconnected { gap, file } => Msg::Gap {
+        Event::Reconnected { gap, file } | Event::Gap { gap, file } => Msg::Gap {
             from: gap.from,
             to: gap.to,
             file: file.cloned(),

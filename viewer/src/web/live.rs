@@ -236,7 +236,7 @@ impl Hub {
                 }
             }
             Event::Lost { why, .. } => self.board().lost = Some(why.to_string()),
-            Event::Reconnected { gap, file } => {
+            Event::Reconnected { gap, file } | Event::Gap { gap, file } => {
                 let mut b = self.board();
                 b.lost = None;
                 b.strip.verified_to(gap.from);

@@ -4,18 +4,17 @@
 //! docs/protocol.md to the host; through NATS they read the session as docs/fan-out.md
 //! says (the latest keyframe, then an ordered consumer from its stream sequence).
 
-use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use ostm_protocol::sim::op::for_each_op;
 use ostm_protocol::wire::{
-    Hello, PeerRole, Record, SnapshotKind, ToHost, ToViewer, ViewerCodec, WireError, VERSION,
+    Hello, PeerRole, Record, SnapshotKind, ToHost, ToViewer, ViewerCodec, VERSION,
 };
 use ostm_protocol::{Op, World};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpStream;
-use tokio_util::codec::{Decoder, Framed};
+use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
 pub fn now_ns() -> u128 {
@@ -152,17 +151,9 @@ pub async fn tcp(
 
 /// Decodes every frame of a NATS message's payload.
 fn frames(payload: &[u8]) -> Result<Vec<ToViewer>, String> {
-    let mut src = BytesMut::from(payload);
-    let mut codec = ViewerCodec::new("nats message");
-    let mut out = Vec::new();
-    loop {
-        match codec.decode_eof(&mut src) {
-            Ok(Some(m)) => out.push(m),
-            Ok(None) => return Ok(out),
-            Err(WireError::Format(e)) => return Err(e.to_string()),
-            Err(WireError::Io(e)) => return Err(e.to_string()),
-        }
-    }
+    ostm_protocol::wire::nats::frames("nats message", payload)
+        .and_then(|f| f.map(|r| r.map(|(_, m)| m)).collect())
+        .map_err(|e| e.to_string())
 }
 
 /// Retries `f` for up to 30 s, every 100 ms at first and then less often (the host
@@ -191,8 +182,9 @@ async fn retry<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T
 pub const NOT_ATTACHED: &str = "not attached: ";
 
 /// A viewer through NATS until `stop`: the session's latest keyframe, then every message
-/// of its stream from there in order; a record past the next step is a gap, closed by the
-/// next keyframe at or after it (counted as a resync), as `ostm-viewer` does.
+/// of its stream from there in order; a record past the next step is skipped, and a
+/// keyframe past the next step closes the gap (counted as a resync), as `ostm-viewer` does
+/// (docs/fan-out.md, "Gaps").
 pub async fn nats(
     url: String,
     session: String,
@@ -201,15 +193,13 @@ pub async fn nats(
     stop: CancellationToken,
 ) -> Result<Verifier, String> {
     use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
-    let (keys, recs, end) = (
-        format!("ostm.{session}.key"),
-        format!("ostm.{session}.rec"),
-        format!("ostm.{session}.end"),
-    );
+    use ostm_protocol::wire::nats::{Leaf, Session};
+    let session = Session::new(&session)?;
+    let keys = session.keyframes();
     let join = async {
         let client = retry("connect", || async_nats::connect(url.as_str())).await?;
         let js = jetstream::new(client);
-        let stream_name = format!("OSTM_{session}");
+        let stream_name = session.stream();
         let stream = retry("stream", || js.get_stream(stream_name.as_str())).await?;
         let key = retry("keyframe", || {
             stream.direct_get_last_for_subject(keys.as_str())
@@ -221,7 +211,7 @@ pub async fn nats(
         // A server busy delivering to the viewers already attached may time this out.
         let consumer = retry("consumer", || {
             stream.create_consumer(pull::OrderedConfig {
-                filter_subject: format!("ostm.{session}.*"),
+                filter_subject: session.filter(),
                 deliver_policy: DeliverPolicy::ByStartSequence {
                     start_sequence: key.sequence + 1,
                 },
@@ -239,7 +229,6 @@ pub async fn nats(
     };
     v.snapshot(world, false);
     attached.fetch_add(1, Ordering::Relaxed);
-    let mut gap = false;
     loop {
         let msg = tokio::select! {
             _ = stop.cancelled() => break,
@@ -250,30 +239,28 @@ pub async fn nats(
             },
         };
         let subject = msg.subject.as_str();
-        if subject == recs {
-            for m in frames(&msg.payload)? {
-                let ToViewer::Record(r) = m else {
-                    return Err(format!("{subject}: not a record"));
-                };
-                let next = v.next().unwrap_or(0);
-                if gap || r.step < next {
-                    continue;
-                }
-                if r.step > next {
-                    gap = true;
-                    continue;
-                }
-                v.record(&r)?;
-            }
-        } else if subject == keys {
-            if let Some(ToViewer::Snapshot { world, .. }) = frames(&msg.payload)?.pop() {
-                if gap && Some(world.step) >= v.next() {
-                    gap = false;
-                    v.snapshot(world, true);
+        match session.leaf(subject) {
+            Leaf::Records => {
+                for m in frames(&msg.payload)? {
+                    let ToViewer::Record(r) = m else {
+                        return Err(format!("{subject}: not a record"));
+                    };
+                    // Below the next step: a repeat; past it: not verifiable until a
+                    // keyframe closes the gap.
+                    if Some(r.step) == v.next() {
+                        v.record(&r)?;
+                    }
                 }
             }
-        } else if subject == end {
-            break;
+            Leaf::Keyframes => {
+                if let Some(ToViewer::Snapshot { world, .. }) = frames(&msg.payload)?.pop() {
+                    if Some(world.step) > v.next() {
+                        v.snapshot(world, true);
+                    }
+                }
+            }
+            Leaf::End => break,
+            Leaf::Other => {}
         }
         tokio::task::yield_now().await;
     }
