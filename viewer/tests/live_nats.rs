@@ -513,7 +513,9 @@ fn every_refusal_names_its_offset() {
         k[5] = 1; // the kind byte: a resync snapshot
         k
     };
-    let cases: Vec<(&str, Vec<(&str, Vec<u8>)>, String)> = vec![
+    // (session, messages after its keyframe as (subject leaf, payload), the error).
+    type Case = (&'static str, Vec<(&'static str, Vec<u8>)>, String);
+    let cases: Vec<Case> = vec![
         (
             "notrec",
             vec![("rec", [recs[0].clone(), key.clone()].concat())],

@@ -10,7 +10,7 @@ use super::codec::{ViewerCodec, HEAD};
 use super::msg::{End, SnapshotKind, ToViewer};
 use super::{WireError, MAX_FRAME_LEN};
 use crate::error::FormatError;
-use crate::world::World;
+use crate::sim::world::World;
 use bytes::BytesMut;
 use std::time::Duration;
 use tokio_util::codec::Decoder;

@@ -301,7 +301,7 @@ impl HostArgs {
 pub fn options(args: &mut Args) -> Result<Options, String> {
     let host = args.host.connect(&mut args.addr)?;
     if let Some(path) = &args.recording.record {
-        ostm_protocol::recording::check_target(path, args.recording.force)?;
+        ostm_protocol::format::recording::check_target(path, args.recording.force)?;
     }
     Ok(Options {
         steps: args.steps,
