@@ -7,10 +7,12 @@
 //! - `conn`: one viewer's connection.
 //! - `pending`: connections that have not sent their hello yet (a pool apart from the
 //!   viewer slots).
-//! - `tls`: the host's TLS identity.
+//! - `tls`: the host's TLS identity, checked at startup as a viewer will check it.
+//! - `cert`: the `cert` command: a CA and the host's certificate (rcgen).
 //! - `publish`: the stream published to NATS JetStream.
 //! - `source`: where the world and its inputs come from.
 
+mod cert;
 mod conn;
 mod direct;
 mod hub;
@@ -37,6 +39,7 @@ use std::process::ExitCode;
   ostm-host serve --listen 127.0.0.1:0 --rate max --steps 100000
   ostm-host serve --replay testdata/test-10000.ostm --record host.ostm
   ostm-host serve --listen 0.0.0.0:7878 --token \"$OSTM_TOKEN\"
+  ostm-host cert create-ca --certs-dir certs && ostm-host cert create-host localhost --certs-dir certs
 See `ostm-host serve --help` for every option and example.")]
 struct Cli {
     #[command(subcommand)]
@@ -46,7 +49,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Step a world and serve it on a TCP address.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
+    /// Make TLS files: a CA viewers trust, and the host's certificate and key signed by it.
+    Cert(cert::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +66,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve::main(args),
+        Command::Serve(args) => serve::main(*args),
+        Command::Cert(args) => cert::main(args),
     }
 }

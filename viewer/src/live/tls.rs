@@ -102,39 +102,111 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
-/// A sentence for a failed TLS handshake with `addr`.
+/// How a host's operator makes a certificate viewers accept.
+const HOW_TO_MAKE_ONE: &str =
+    "`ostm-host cert create-host NAME...` makes one, docs/tls.md says how";
+
+/// A sentence for a failed TLS handshake with `addr`: what went wrong and what to do,
+/// then rustls's own words.
 pub fn explain(addr: &str, name: &ServerName<'_>, e: &std::io::Error) -> String {
-    use rustls::{CertificateError, Error};
-    let why = match e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) {
-        Some(Error::InvalidCertificate(
-            CertificateError::UnknownIssuer | CertificateError::BadSignature,
-        )) => {
-            "the host's certificate is not signed by a CA this viewer trusts (name its CA with --tls-ca)".to_string()
-        }
-        Some(Error::InvalidCertificate(
-            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-        )) => format!(
-            "the host's certificate is not valid for {} (--tls-name names another)",
-            name.to_str()
-        ),
-        Some(Error::InvalidCertificate(
-            CertificateError::Expired | CertificateError::ExpiredContext { .. },
-        )) => "the host's certificate has expired".to_string(),
-        Some(Error::InvalidCertificate(
-            CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. },
-        )) => "the host's certificate is not valid yet".to_string(),
-        Some(Error::InvalidMessage(_)) | Some(Error::InappropriateMessage { .. }) => {
-            "the host did not answer in TLS (does it serve TLS? try without --tls)".to_string()
-        }
-        Some(other) => other.to_string(),
+    let rustls_error = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    let why = match rustls_error {
+        Some(r) => format!("{} (rustls: {r})", rustls_sentence(r, name)),
         None => format!("{e} (does the host serve TLS? try without --tls)"),
     };
     format!("TLS handshake with {addr} failed: {why}")
 }
 
+/// What a rustls handshake error means for whoever runs the viewer, and what to do.
+fn rustls_sentence(e: &rustls::Error, name: &ServerName<'_>) -> String {
+    use rustls::{CertificateError as C, Error};
+    let Error::InvalidCertificate(c) = e else {
+        return match e {
+            Error::InvalidMessage(_) | Error::InappropriateMessage { .. } => {
+                "the host did not answer in TLS (does it serve TLS? try without --tls)".into()
+            }
+            other => other.to_string(),
+        };
+    };
+    match c {
+        C::UnknownIssuer | C::BadSignature => "the host's certificate is not signed by a CA this viewer trusts: pass the certificate of the CA that signed it with --tls-ca (the host's operator has it: ostm-host cert create-ca writes it as ca.pem)".to_string(),
+        C::NotValidForName => format!(
+            "the host's certificate is not valid for {}: dial the host by a name its certificate carries, or pass that name with --tls-name",
+            name.to_str()
+        ),
+        C::NotValidForNameContext { presented, .. } => format!(
+            "the host's certificate is not valid for {} (it names {}): dial the host by one of those, pass one with --tls-name, or have the host's operator make a certificate for {0}: {HOW_TO_MAKE_ONE}",
+            name.to_str(),
+            if presented.is_empty() {
+                "no DNS name or IP address".to_string()
+            } else {
+                presented.iter().map(|p| plain_name(p)).collect::<Vec<_>>().join(", ")
+            }
+        ),
+        C::Expired => format!(
+            "the host's certificate has expired (or this machine's clock is wrong): its operator must make a new one: {HOW_TO_MAKE_ONE}"
+        ),
+        C::ExpiredContext { time, not_after } => format!(
+            "the host's certificate has expired: it was valid until {}, and it is now {} here (is this machine's clock right?): its operator must make a new one: {HOW_TO_MAKE_ONE}",
+            utc(not_after.as_secs()),
+            utc(time.as_secs())
+        ),
+        C::NotValidYet => "the host's certificate is not valid yet: check this machine's clock and the host's".into(),
+        C::NotValidYetContext { time, not_before } => format!(
+            "the host's certificate is not valid yet: it is valid from {}, and it is now {} here; check this machine's clock and the host's",
+            utc(not_before.as_secs()),
+            utc(time.as_secs())
+        ),
+        C::InvalidPurpose | C::InvalidPurposeContext { .. } => format!(
+            "the host's certificate is not one for a TLS server (its extendedKeyUsage lacks serverAuth): its operator must make one for a server: {HOW_TO_MAKE_ONE}"
+        ),
+        C::Other(other) if matches!(
+            other.0.downcast_ref::<webpki::Error>(),
+            Some(webpki::Error::CaUsedAsEndEntity)
+        ) => format!(
+            "the host serves a CA certificate as its own, and TLS clients refuse a CA certificate as a server's: its operator must serve a host certificate signed by that CA: {HOW_TO_MAKE_ONE}; `openssl req -x509` makes a CA certificate unless given `-addext basicConstraints=critical,CA:FALSE`"
+        ),
+        _ => format!("the host's certificate was refused: {c:?}"),
+    }
+}
+
+/// `localhost` for rustls's `DnsName("localhost")`, `127.0.0.1` for `IpAddress(127.0.0.1)`.
+fn plain_name(presented: &str) -> &str {
+    presented
+        .strip_prefix("DnsName(\"")
+        .and_then(|n| n.strip_suffix("\")"))
+        .or_else(|| {
+            presented
+                .strip_prefix("IpAddress(")
+                .and_then(|n| n.strip_suffix(')'))
+        })
+        .unwrap_or(presented)
+}
+
+/// RFC 3339 in UTC (`2027-01-31T12:00:00Z`) for seconds since the Unix epoch.
+fn utc(secs: u64) -> String {
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("{secs} s after 1970"))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::host_part;
+    use super::{host_part, plain_name};
+
+    #[test]
+    fn the_names_a_certificate_presents_read_plainly() {
+        assert_eq!(plain_name("DnsName(\"localhost\")"), "localhost");
+        assert_eq!(plain_name("IpAddress(127.0.0.1)"), "127.0.0.1");
+        assert_eq!(plain_name("Unsupported(0x81)"), "Unsupported(0x81)");
+    }
 
     #[test]
     fn the_host_part_of_an_address() {
