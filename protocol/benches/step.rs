@@ -1,7 +1,8 @@
 //! One step plus the world hash, beside its baselines measured in the same run: XXH3-64 of
 //! a buffer the size of the world's snapshot by two implementations (xxhash-rust, SSE2
 //! chosen at compile time; twox-hash, AVX2 or SSE2 chosen at run time, which the world
-//! hash uses where the CPU has no AVX-512F), the world hash alone (snapshot bytes + XXH3),
+//! hash uses on CPUs with neither AVX-512F nor AVX2; `benches/xxh3.rs` times the world
+//! hash's own XXH3 against it), the world hash alone (snapshot bytes + XXH3),
 //! the step alone, step + hash with the fastest kernel (what `World::step` runs) and with
 //! each other kernel this CPU has (down to the scalar pass). Four worlds: 64 and 24
 //! bodies, 3D and 2D. Then `Replay::verify` on `testdata/test-10000.ostm`.
