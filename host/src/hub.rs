@@ -67,7 +67,7 @@ struct Records {
     buf: VecDeque<Queued>,
 }
 
-/// Counters for the status line (monotonic unless noted).
+/// Counters for the status line and the metrics (monotonic unless noted).
 #[derive(Debug, Default)]
 pub struct Counters {
     pub steps: AtomicU64,
@@ -75,6 +75,8 @@ pub struct Counters {
     pub viewers: AtomicU64,
     pub viewers_total: AtomicU64,
     pub resyncs: AtomicU64,
+    /// Records handed to viewers' connections to write (added once a batch).
+    pub records_sent: AtomicU64,
     pub refused: AtomicU64,
     pub stalled: AtomicU64,
     pub protocol_errors: AtomicU64,
@@ -244,6 +246,9 @@ impl Hub {
             after = q.after;
         }
         *position += n as u64;
+        self.counters
+            .records_sent
+            .fetch_add(n as u64, Ordering::Relaxed);
         Take::Records {
             after,
             more: n < behind as usize,
@@ -271,6 +276,9 @@ impl Hub {
             out.push(q.frame.clone());
             after = q.after;
         }
+        self.counters
+            .records_sent
+            .fetch_add(behind, Ordering::Relaxed);
         Some((behind, after))
     }
 

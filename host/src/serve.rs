@@ -74,6 +74,8 @@ pub const DEFAULT_STALL_MS: u64 = 10_000;
   # logged) and TLS (viewers pass --tls or --tls-ca CA.pem)
   OSTM_TOKEN=... ostm-host serve --listen 0.0.0.0:7878 --tls-cert host.pem --tls-key host.key
   ostm-host serve --listen 0.0.0.0:7878 --token-file /etc/ostm/token --allow-plaintext
+  # Prometheus metrics on http://127.0.0.1:9464/metrics (docs/metrics.md)
+  ostm-host serve --metrics 9464
   # Viewers join at any step: ostm-viewer attach ADDR, ostm-viewer check ADDR --steps N
 
 The first line on stdout is `ostm-host listening on ADDR` (the bound address, so port 0
@@ -161,6 +163,11 @@ pub struct Args {
     /// see every step from there; for demos and tests). 0 starts stepping at once.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub wait_for_viewers: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (a port alone: 127.0.0.1:PORT; port
+    /// 0 picks a free one, printed on the line after the first). docs/metrics.md lists
+    /// them.
+    #[arg(long, value_name = "ADDR", value_parser = crate::metrics_http::parse_addr)]
+    pub metrics: Option<SocketAddr>,
     /// Print the address, status and end lines as JSON objects, one per line.
     #[arg(long)]
     pub json: bool,
@@ -423,14 +430,31 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     };
     let listener =
         listen(args.listen).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let metrics_listener = match args.metrics {
+        Some(a) => Some(crate::metrics_http::bind(a).await?),
+        None => None,
+    };
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     say(
         args.json,
         format!("ostm-host listening on {addr}"),
         serde_json::json!({"event": "listening", "addr": addr.to_string()}),
     );
+    if let Some(l) = &metrics_listener {
+        let at = l.local_addr().map_err(|e| e.to_string())?;
+        say(
+            args.json,
+            format!("ostm-host metrics on http://{at}/metrics"),
+            serde_json::json!({"event": "metrics", "addr": at.to_string()}),
+        );
+    }
     let w = source.world();
     info!(%addr, step = w.step, dims = w.dims() as u8, bodies = w.bodies.len(), seed = w.setup().seed, "serving");
+    let world_labels = vec![
+        ("dims".to_string(), (w.dims() as u8).to_string()),
+        ("bodies".to_string(), w.bodies.len().to_string()),
+        ("seed".to_string(), w.setup().seed.to_string()),
+    ];
 
     let hub = Arc::new(Hub::new(
         source.world().clone(),
@@ -508,6 +532,25 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     };
     let slots = Arc::new(Semaphore::new(args.max_viewers));
     let waiting = Pending::new(args.max_waiting, args.max_waiting_per_address);
+    let metrics_stop = CancellationToken::new();
+    if let Some(l) = metrics_listener {
+        let metrics = Arc::new(crate::metrics::HostMetrics {
+            hub: hub.clone(),
+            waiting: waiting.clone(),
+            nats: nats.clone(),
+            start_step: hub.step(),
+            target_rate: rate.unwrap_or(0),
+            rate: Default::default(),
+        });
+        let registry = Arc::new(metrics.registry(world_labels));
+        tokio::spawn(metrics.meter(metrics_stop.clone()));
+        tokio::spawn(crate::metrics_http::serve(
+            l,
+            registry,
+            metrics_stop.clone(),
+        ));
+    }
+    let _stop_metrics = metrics_stop.drop_guard();
     let mut conns = JoinSet::new();
     let mut status = tokio::time::interval(Duration::from_millis(args.status_ms.max(1)));
     let mut meter = StepMeter::new(hub.step());
