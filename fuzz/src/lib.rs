@@ -10,7 +10,7 @@
 //! (`fuzz/fuzz_targets/*.rs` call these functions), and as a module of
 //! `protocol/tests/fuzz_regressions.rs`, which runs every input kept under
 //! `fixtures/fuzz/<target>/` through the same function on the stable toolchain. It uses
-//! only `ostm-protocol` and its own dependencies (`bytes`, `tokio-util`), so both builds see
+//! only `ostm-protocol` and its own dependencies (`bytes`), so both builds see
 //! the same code. `docs/reliability.md` lists the targets and what was found.
 
 use bytes::BytesMut;
@@ -28,13 +28,12 @@ use ostm_protocol::sim::op::{decode_input, encode_input, Op};
 use ostm_protocol::sim::world::World;
 use ostm_protocol::wire::msg::Message;
 use ostm_protocol::wire::{
-    Codec, HostCodec, ToHost, ToViewer, ViewerCodec, WireError, MAX_FRAME_LEN, VERSION,
+    Codec, HostCodec, ToHost, ToViewer, ViewerCodec, MAX_FRAME_LEN, VERSION,
 };
 use ostm_protocol::FormatError;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-use tokio_util::codec::Decoder;
 
 /// The name every input is read under, so errors can be checked to carry it.
 pub const NAME: &str = "fuzz-input";
@@ -223,16 +222,9 @@ struct Decoded<D> {
     error: Option<FormatError>,
 }
 
-fn wire_error(e: WireError) -> FormatError {
-    match e {
-        WireError::Format(f) => f,
-        WireError::Io(e) => panic!("decoding bytes from memory cannot fail with I/O: {e}"),
-    }
-}
-
 /// Feeds `stream` to a fresh codec in pieces cut at `cuts`, as tokio-util's `FramedRead`
-/// does: `decode` until it wants more bytes after each piece, `decode_eof` until it has
-/// nothing more at the end, stopping at the first error.
+/// does over `ostm-runtime`'s `FrameCodec`: `decode` until it wants more bytes after each
+/// piece, `decode_eof` until it has nothing more at the end, stopping at the first error.
 fn decode_stream<D: Message, E: Message>(stream: &[u8], cuts: &[usize]) -> Decoded<D> {
     let mut codec: Codec<D, E> = Codec::new("stream");
     let mut buf = BytesMut::new();
@@ -251,7 +243,7 @@ fn decode_stream<D: Message, E: Message>(stream: &[u8], cuts: &[usize]) -> Decod
                 Ok(Some(m)) => out.msgs.push((m, before, codec.consumed())),
                 Ok(None) => break,
                 Err(e) => {
-                    out.error = Some(wire_error(e));
+                    out.error = Some(e);
                     return out;
                 }
             }
@@ -267,7 +259,7 @@ fn decode_stream<D: Message, E: Message>(stream: &[u8], cuts: &[usize]) -> Decod
             Ok(Some(m)) => out.msgs.push((m, before, codec.consumed())),
             Ok(None) => break,
             Err(e) => {
-                out.error = Some(wire_error(e));
+                out.error = Some(e);
                 return out;
             }
         }
@@ -283,7 +275,6 @@ fn decode_one<D: Message, E: Message>(frame: &[u8]) -> D {
     let mut buf = BytesMut::from(frame);
     let m = codec
         .decode_eof(&mut buf)
-        .map_err(wire_error)
         .unwrap_or_else(|e| panic!("a re-encoded frame decodes: {e}"))
         .expect("a whole frame");
     assert!(buf.is_empty());

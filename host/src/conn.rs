@@ -10,8 +10,9 @@ use crate::pending::{Admitted, HELLO_TIMEOUT};
 use futures::StreamExt;
 use ostm_protocol::wire::{
     EncodedFrame, End, EndReason, HostCodec, PeerRole, SnapshotKind, ToHost, ToViewer, Welcome,
-    WireError, VERSION,
+    VERSION,
 };
+use ostm_runtime::{HostFrameCodec, WireError};
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -95,7 +96,7 @@ impl AsyncWrite for Writer {
     }
 }
 
-type Reader = FramedRead<Box<dyn AsyncRead + Unpin + Send>, HostCodec>;
+type Reader = FramedRead<Box<dyn AsyncRead + Unpin + Send>, HostFrameCodec>;
 
 /// What the reader task tells the writer.
 enum Control {
@@ -149,7 +150,7 @@ pub async fn serve(
                 }
             };
             let mut reader =
-                FramedRead::with_capacity(r, HostCodec::new(name.clone()), READ_BUFFER);
+                FramedRead::with_capacity(r, HostFrameCodec::new(name.clone()), READ_BUFFER);
             let hello = handshake(&mut reader, &hub, &cfg, &name).await;
             Some((reader, w, hello))
         };

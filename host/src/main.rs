@@ -60,13 +60,7 @@ enum Command {
 fn main() -> ExitCode {
     // `info` by default, so an operator sees each viewer attach and leave; colour only
     // when stderr is a terminal, so a log written to a file holds no escape codes.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    ostm_runtime::logging::init("info", std::io::stderr);
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::main(*args),

@@ -27,7 +27,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio_util::codec::Decoder;
 use tracing::{info, warn};
 
 /// Steps the feed holds while NATS is slow or away.
@@ -52,7 +51,7 @@ pub struct Options {
     pub rate: u32,
     pub max_age: Duration,
     pub max_bytes: i64,
-    pub auth: ostm_protocol::cli::NatsAuthArgs,
+    pub auth: ostm_runtime::cli::NatsAuthArgs,
 }
 
 impl Options {

@@ -7,13 +7,14 @@ use crate::hub::{Hub, Limits};
 use crate::pending::Pending;
 use crate::source::{Source, DEFAULT_SETUP};
 use crate::stepper::{self, Plan};
-use ostm_protocol::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
 use ostm_protocol::format::recording::check_target;
 use ostm_protocol::sim::world::MAX_BODIES;
 use ostm_protocol::wire::{
-    End, EndReason, PeerRole, Welcome, DEFAULT_PORT, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
+    End, EndReason, PeerRole, Welcome, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
 };
 use ostm_protocol::{Dims, Setup};
+use ostm_runtime::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
+use ostm_runtime::DEFAULT_PORT;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -308,7 +309,7 @@ pub fn main(args: Args) -> ExitCode {
         }
     };
     rt.block_on(async {
-        let shutdown = ostm_protocol::signal::stop_signal();
+        let shutdown = ostm_runtime::signal::stop_signal();
         match run(args, shutdown).await {
             Ok(end) if end.reason.is_clean() => ExitCode::SUCCESS,
             Ok(_) => ExitCode::from(2),

@@ -6,11 +6,12 @@ use crate::publish::{Feed, Records};
 use crate::source::Source;
 use bytes::BytesMut;
 use ostm_protocol::format::recording::{Durability, Recorder};
-use ostm_protocol::wire::{EncodedFrame, End, EndReason, HostCodec, Record, ToViewer, WireError};
+use ostm_protocol::wire::{
+    EncodedFrame, End, EndReason, FrameTooLong, HostCodec, Record, ToViewer,
+};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::codec::Encoder;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -68,11 +69,11 @@ impl Frames {
         }
     }
 
-    fn encode(&mut self, msg: ToViewer) -> Result<EncodedFrame, WireError> {
+    fn encode(&mut self, msg: ToViewer) -> Result<EncodedFrame, FrameTooLong> {
         if self.buf.capacity() < FRAME_ROOM {
             self.buf.reserve(FRAME_CHUNK);
         }
-        self.codec.encode(msg, &mut self.buf)?;
+        self.codec.encode(&msg, &mut self.buf)?;
         Ok(EncodedFrame(self.buf.split().freeze()))
     }
 }

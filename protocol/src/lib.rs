@@ -31,11 +31,6 @@ pub mod format;
 pub mod sim;
 pub mod wire;
 
-#[cfg(feature = "cli")]
-pub mod cli;
-#[cfg(feature = "signal")]
-pub mod signal;
-
 pub use error::FormatError;
 pub use format::ostm::{Replay, Verdict};
 pub use sim::link::{Link, Role};

@@ -4,8 +4,9 @@
 //!
 //! # Layout
 //! - [`msg`]: the message types and their exact bytes ([`ToHost`], [`ToViewer`]).
-//! - [`codec`]: the tokio-util [`Codec`] that frames them, with a stated maximum frame
-//!   length, counting the bytes consumed so every error names its offset in the stream.
+//! - [`codec`]: the sans-IO [`Codec`] that frames them on byte buffers, with a stated
+//!   maximum frame length, counting the bytes consumed so every error names its offset in
+//!   the stream.
 //! - [`run`]: record frames a viewer's reader takes whole and its verifier decodes.
 //! - [`nats`]: the fan-out through NATS JetStream: a session's stream and subjects, message
 //!   ids, headers and payload limits, and the frames of one message's payload.
@@ -22,7 +23,7 @@ pub mod msg;
 pub mod nats;
 pub mod run;
 
-pub use codec::{Codec, EncodedFrame, HostCodec, ViewerCodec, WireError};
+pub use codec::{Codec, EncodedFrame, FrameTooLong, HostCodec, ViewerCodec};
 pub use msg::{
     probe_bytes, DriftReply, DriftStatus, End, EndReason, Hello, Record, SnapshotKind, ToHost,
     ToViewer, Welcome,
@@ -42,8 +43,6 @@ pub const MAX_FRAME_LEN: usize = 65_554;
 pub const MAX_TOKEN_LEN: usize = 255;
 /// The longest end-message text.
 pub const MAX_TEXT_LEN: usize = 1024;
-/// The default TCP port.
-pub const DEFAULT_PORT: u16 = 7878;
 /// How often each side sends a heartbeat when it has sent nothing else, in milliseconds.
 pub const HEARTBEAT_MS: u32 = 1000;
 /// A side that has received nothing for this long closes the connection, in milliseconds.

@@ -7,7 +7,6 @@ use bytes::{BufMut, Bytes, BytesMut};
 use ostm_protocol::sim::op::{for_each_op, Op};
 use ostm_protocol::wire::{Codec, End, EndReason, Record, ToViewer, ViewerCodec};
 use proptest::prelude::*;
-use tokio_util::codec::Decoder;
 
 /// What either way of reading yields, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]

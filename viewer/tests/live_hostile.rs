@@ -6,10 +6,9 @@ mod live_support;
 
 use bytes::BytesMut;
 use live_support::*;
-use ostm_protocol::wire::{EndReason, HostCodec, ToViewer, ViewerCodec, Welcome, WireError};
+use ostm_protocol::wire::{EndReason, HostCodec, ToViewer, ViewerCodec, Welcome};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use tokio_util::codec::Decoder;
 
 /// Reads everything the host sends until it closes, and decodes it.
 fn read_all(mut s: TcpStream) -> Vec<ToViewer> {
@@ -581,7 +580,7 @@ fn the_memory_measurement_catches_unbounded_queues() {
 fn the_stated_maximum_is_the_codecs() {
     let mut src = BytesMut::from(&[0xff, 0xff, 0xff, 0x7f][..]);
     match HostCodec::new("x").decode(&mut src) {
-        Err(WireError::Format(e)) => assert_eq!(e.offset, 0),
+        Err(e) => assert_eq!(e.offset, 0),
         other => panic!("{other:?}"),
     }
 }

@@ -10,7 +10,6 @@ use live_support::*;
 use ostm_protocol::wire::{SnapshotKind, ToViewer, ViewerCodec};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use tokio_util::codec::Decoder;
 
 /// The host's log lines about the viewer at `addr` (`viewer ADDR …`).
 fn lines_of<'a>(log: &'a str, addr: &str) -> Vec<&'a str> {

@@ -1,5 +1,7 @@
 //! Framing: `length u32 | payload`, with the length checked against [`MAX_FRAME_LEN`]
-//! before a byte of the payload is buffered for.
+//! before a byte of the payload is buffered for. Sans-IO: the codec decodes from and
+//! encodes to byte buffers its driver fills and drains (`ostm-runtime`'s `FrameCodec`
+//! drives it as a tokio-util codec).
 //!
 //! The codec counts the bytes it has consumed on its connection, so a malformed frame is
 //! a [`FormatError`] naming its offset within the stream, e.g.
@@ -12,41 +14,16 @@ use crate::error::FormatError;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::marker::PhantomData;
 use std::sync::Arc;
-use tokio_util::codec::{Decoder, Encoder};
 
 /// The length prefix's size.
 pub(super) const HEAD: usize = 4;
 
-/// A codec error: malformed bytes (the connection is then closed) or an I/O failure.
-#[derive(Debug)]
-pub enum WireError {
-    /// The peer sent bytes that are not a valid frame.
-    Format(FormatError),
-    /// The socket failed.
-    Io(std::io::Error),
-}
-
-impl std::fmt::Display for WireError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WireError::Format(e) => e.fmt(f),
-            WireError::Io(e) => write!(f, "connection failed: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for WireError {}
-
-impl From<std::io::Error> for WireError {
-    fn from(e: std::io::Error) -> Self {
-        WireError::Io(e)
-    }
-}
-
-impl From<FormatError> for WireError {
-    fn from(e: FormatError) -> Self {
-        WireError::Format(e)
-    }
+/// A message too long for one frame: the payload would exceed [`MAX_FRAME_LEN`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("frame of {len} bytes exceeds the maximum {MAX_FRAME_LEN}")]
+pub struct FrameTooLong {
+    /// The payload's length.
+    pub len: usize,
 }
 
 /// A frame already encoded by [`Codec::encode_frame`] (length prefix included), so the
@@ -69,7 +46,7 @@ pub type HostCodec = Codec<ToHost, ToViewer>;
 /// The viewer's side: decodes host messages, encodes viewer messages.
 pub type ViewerCodec = Codec<ToViewer, ToHost>;
 
-impl<D, E: Message> Codec<D, E> {
+impl<D, E> Codec<D, E> {
     /// A codec for a fresh connection named `name` in errors.
     pub fn new(name: impl Into<String>) -> Self {
         Codec {
@@ -89,45 +66,54 @@ impl<D, E: Message> Codec<D, E> {
         &self.name
     }
 
+    pub(super) fn shared_name(&self) -> Arc<str> {
+        self.name.clone()
+    }
+}
+
+impl<D, E: Message> Codec<D, E> {
     /// Encodes one message as a whole frame, length prefix included.
     ///
     /// # Errors
     /// A message whose payload would exceed [`MAX_FRAME_LEN`] (none that this crate
     /// builds can: the largest is a record with a 65 535-byte input).
-    pub fn encode_frame(msg: &E) -> Result<EncodedFrame, std::io::Error> {
+    pub fn encode_frame(msg: &E) -> Result<EncodedFrame, FrameTooLong> {
         let mut out = BytesMut::new();
         put_frame(msg, &mut out)?;
         Ok(EncodedFrame(out.freeze()))
     }
+
+    /// Appends `msg` to `dst` as one whole frame, length prefix included.
+    ///
+    /// # Errors
+    /// As [`Codec::encode_frame`].
+    pub fn encode(&mut self, msg: &E, dst: &mut BytesMut) -> Result<(), FrameTooLong> {
+        put_frame(msg, dst)
+    }
 }
 
-fn put_frame(msg: &impl Message, dst: &mut BytesMut) -> Result<(), std::io::Error> {
+fn put_frame(msg: &impl Message, dst: &mut BytesMut) -> Result<(), FrameTooLong> {
     let start = dst.len();
     dst.put_u32_le(0);
     msg.encode(dst);
     let len = dst.len() - start - HEAD;
     if len > MAX_FRAME_LEN {
         dst.truncate(start);
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("frame of {len} bytes exceeds the maximum {MAX_FRAME_LEN}"),
-        ));
+        return Err(FrameTooLong { len });
     }
     dst[start..start + HEAD].copy_from_slice(&(len as u32).to_le_bytes());
     Ok(())
 }
 
-impl<D, E> Codec<D, E> {
-    pub(super) fn shared_name(&self) -> Arc<str> {
-        self.name.clone()
-    }
-}
-
-impl<D: Message, E> Decoder for Codec<D, E> {
-    type Item = D;
-    type Error = WireError;
-
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<D>, WireError> {
+impl<D: Message, E> Codec<D, E> {
+    /// Decodes the frame at the front of `src`, if it is whole, and consumes it; `None`
+    /// when more bytes are needed (room for the rest of the frame is then reserved, never
+    /// more than one frame). The driver reads into `src` and calls this again.
+    ///
+    /// # Errors
+    /// A length out of range or a payload that is not a valid message, at its offset in
+    /// the stream; the connection is then to be closed.
+    pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<D>, FormatError> {
         if src.len() < HEAD {
             return Ok(None);
         }
@@ -137,8 +123,7 @@ impl<D: Message, E> Decoder for Codec<D, E> {
                 &*self.name,
                 self.consumed,
                 format!("expected frame length 1..={MAX_FRAME_LEN}, found {len}"),
-            )
-            .into());
+            ));
         }
         if src.len() < HEAD + len {
             // Checked against the maximum above: this never reserves more than one frame.
@@ -158,7 +143,12 @@ impl<D: Message, E> Decoder for Codec<D, E> {
         Ok(Some(msg))
     }
 
-    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<D>, WireError> {
+    /// [`Codec::decode`] at the end of the stream: bytes left that are not a whole frame
+    /// are an error.
+    ///
+    /// # Errors
+    /// As [`Codec::decode`], and a stream that ends inside a frame.
+    pub fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<D>, FormatError> {
         match self.decode(src)? {
             Some(msg) => Ok(Some(msg)),
             None if src.is_empty() => Ok(None),
@@ -179,25 +169,8 @@ impl<D: Message, E> Decoder for Codec<D, E> {
                     ),
                 );
                 src.clear();
-                Err(e.into())
+                Err(e)
             }
         }
-    }
-}
-
-impl<D, E: Message> Encoder<E> for Codec<D, E> {
-    type Error = WireError;
-
-    fn encode(&mut self, msg: E, dst: &mut BytesMut) -> Result<(), WireError> {
-        Ok(put_frame(&msg, dst)?)
-    }
-}
-
-impl<D, E> Encoder<EncodedFrame> for Codec<D, E> {
-    type Error = WireError;
-
-    fn encode(&mut self, frame: EncodedFrame, dst: &mut BytesMut) -> Result<(), WireError> {
-        dst.extend_from_slice(&frame.0);
-        Ok(())
     }
 }

@@ -8,12 +8,11 @@
 
 use super::codec::{ViewerCodec, HEAD};
 use super::msg::{End, SnapshotKind, ToViewer};
-use super::{WireError, MAX_FRAME_LEN};
+use super::MAX_FRAME_LEN;
 use crate::error::FormatError;
 use crate::sim::world::World;
 use bytes::BytesMut;
 use std::time::Duration;
-use tokio_util::codec::Decoder;
 
 /// The longest session name.
 pub const MAX_SESSION_LEN: usize = 64;
@@ -280,8 +279,7 @@ impl Iterator for Frames {
                 };
                 Err(self.error(at, message))
             }
-            Err(WireError::Format(e)) => Err(e),
-            Err(WireError::Io(e)) => Err(self.error(at, e.to_string())),
+            Err(e) => Err(e),
         };
         self.failed = r.is_err();
         Some(r)

@@ -8,9 +8,10 @@ use crate::exit::Exit;
 use crate::live::drift::{default_bundle_path, write_bundle};
 use crate::live::session::{self, Event, Options, Outcome, Status, Stop};
 use crate::live::tls::TlsArgs;
-use ostm_protocol::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
 use ostm_protocol::sim::fields::{density_decimal, Fields};
 use ostm_protocol::World;
+use ostm_runtime::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
+use ostm_runtime::DEFAULT_PORT;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -254,9 +255,6 @@ pub struct HostArgs {
     #[arg(long, value_name = "STEP")]
     pub from_step: Option<u64>,
 }
-
-/// The port a host listens on unless told otherwise.
-pub const DEFAULT_PORT: u16 = 7878;
 
 /// `ADDR` with the default port when it names none (`localhost` gives `localhost:7878`,
 /// `[::1]` gives `[::1]:7878`); a `nats://` address as it is.

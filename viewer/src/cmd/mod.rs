@@ -37,12 +37,5 @@ pub const DEFAULT_LOG: &str = "warn,usvg=error";
 /// colours only when stderr is a terminal, so redirected logs hold no escape codes; held
 /// while the terminal view has the screen ([`crate::tui::logs`]).
 pub fn init_logging() {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(crate::tui::logs::Stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    ostm_runtime::logging::init(DEFAULT_LOG, crate::tui::logs::Stderr);
 }

@@ -115,7 +115,7 @@ fn to_file(stream: ReplayStream<std::fs::File>, args: &Args, path: &Path, worlds
     tmp.push(".part");
     let tmp = PathBuf::from(tmp);
     // Before the file exists: from here on a signal is seen by the loop, not fatal.
-    let stop = ostm_protocol::signal::stop_flag();
+    let stop = ostm_runtime::signal::stop_flag();
     let file = match std::fs::File::create(&tmp) {
         Ok(f) => f,
         Err(e) => return fail(format!("cannot create {}: {e}", tmp.display())),

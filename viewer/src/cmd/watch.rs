@@ -154,7 +154,7 @@ fn replay(args: Args) -> Exit {
         file.display(),
         source.index_line()
     );
-    rt.block_on(ostm_protocol::signal::stop_signal());
+    rt.block_on(ostm_runtime::signal::stop_signal());
     server.abort();
     Exit::Ok
 }
@@ -195,7 +195,7 @@ fn live(mut args: Args) -> Exit {
     let exit = attach::finish(&args.attach, &outcome, lines);
     if !matches!(outcome.stop, Stop::Interrupted) {
         eprintln!("watch: the session has ended; the page stays until Ctrl-C (or SIGTERM)");
-        rt.block_on(ostm_protocol::signal::stop_signal());
+        rt.block_on(ostm_runtime::signal::stop_signal());
     }
     server.abort();
     exit

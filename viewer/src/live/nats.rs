@@ -12,13 +12,13 @@ use super::network::{Ended, Shared};
 use super::spool::{Item, Spool};
 use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
 use futures::StreamExt;
-use ostm_protocol::cli::NatsAuthArgs;
 use ostm_protocol::wire::nats::{
     self as wire, another_world, check_session, not_a_record, Follow, Leaf, Session, Take,
     RATE_HEADER,
 };
 use ostm_protocol::wire::{DriftReply, PeerRole, ToHost, ToViewer, ViewerCodec, Welcome, VERSION};
 use ostm_protocol::World;
+use ostm_runtime::cli::NatsAuthArgs;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;

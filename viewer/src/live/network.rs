@@ -10,9 +10,10 @@ use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use ostm_protocol::wire::{
     DriftReply, End, EndReason, Hello, PeerRole, SnapshotKind, ToHost, ToViewer, ViewerCodec,
-    Welcome, WireError, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
+    Welcome, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
 };
 use ostm_protocol::World;
+use ostm_runtime::WireError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -165,7 +166,7 @@ impl Network {
                     };
                     tokio::select! {
                         _ = read => {}
-                        _ = ostm_protocol::signal::stop_signal() => {
+                        _ = ostm_runtime::signal::stop_signal() => {
                             shared.interrupted.interrupt();
                         }
                         _ = c.cancelled() => {}
@@ -242,7 +243,7 @@ impl Encoder<ToHost> for Framing {
     type Error = WireError;
 
     fn encode(&mut self, m: ToHost, dst: &mut BytesMut) -> Result<(), WireError> {
-        self.0.encode(m, dst)
+        Ok(self.0.encode(&m, dst)?)
     }
 }
 

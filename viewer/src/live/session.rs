@@ -41,7 +41,7 @@ pub struct Options {
     /// TLS, when asked for.
     pub tls: Option<super::tls::Tls>,
     /// NATS's authentication, for a `nats://HOST:PORT/NAME` address.
-    pub nats_auth: ostm_protocol::cli::NatsAuthArgs,
+    pub nats_auth: ostm_runtime::cli::NatsAuthArgs,
     /// On NATS: start from the keyframe at or before this step.
     pub from_step: Option<u64>,
     /// Stop after verifying this many steps.

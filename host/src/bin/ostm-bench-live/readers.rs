@@ -6,10 +6,9 @@
 
 use futures::{SinkExt, StreamExt};
 use ostm_protocol::sim::op::for_each_op;
-use ostm_protocol::wire::{
-    Hello, PeerRole, Record, SnapshotKind, ToHost, ToViewer, ViewerCodec, VERSION,
-};
+use ostm_protocol::wire::{Hello, PeerRole, Record, SnapshotKind, ToHost, ToViewer, VERSION};
 use ostm_protocol::{Op, World};
+use ostm_runtime::ViewerFrameCodec;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -100,7 +99,7 @@ pub async fn tcp(
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut conn = Framed::new(stream, ViewerCodec::new(addr));
+    let mut conn = Framed::new(stream, ViewerFrameCodec::new(addr));
     let hello = Hello {
         version: VERSION,
         role: PeerRole::Viewer as u8,

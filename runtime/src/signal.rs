@@ -1,4 +1,4 @@
-//! The binaries' stop signal (feature `signal`): the simulation itself never sees it.
+//! The binaries' stop signal: the simulation itself never sees it.
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM, whichever comes first; a signal that cannot be
 /// watched never fires. The host and viewer stop cleanly on it: the stream ends with a

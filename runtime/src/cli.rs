@@ -2,8 +2,8 @@
 //! (`ostm-viewer attach --record`, `ostm-host serve --record`) and the shared secret
 //! (`--token`, `--token-file`, `OSTM_TOKEN`).
 
-use crate::format::recording::Durability;
-use crate::wire::MAX_TOKEN_LEN;
+use ostm_protocol::format::recording::Durability;
+use ostm_protocol::wire::MAX_TOKEN_LEN;
 use std::path::PathBuf;
 
 /// The recording options, shared by every command that records.
@@ -173,7 +173,6 @@ pub struct NatsAuthArgs {
     pub nats_ca: Option<PathBuf>,
 }
 
-#[cfg(feature = "nats")]
 impl NatsAuthArgs {
     /// The NATS client's options for these settings.
     ///

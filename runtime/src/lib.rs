@@ -1,0 +1,23 @@
+//! The binaries' thin runtime layer: what `ostm-host`, `ostm-viewer` and the benches share
+//! that needs a runtime, a command line or the network, kept out of `ostm-protocol`
+//! (which has no runtime, no socket and no clock), as quinn sits on quinn-proto.
+//!
+//! # Layout
+//! - [`codec`]: the wire's sans-IO codec as a tokio-util `Decoder`/`Encoder`
+//!   ([`FrameCodec`]), and [`WireError`], a malformed frame or a failed socket.
+//! - [`cli`]: options both binaries' command lines share (recording, token, NATS
+//!   authentication and its client options).
+//! - [`signal`]: the stop signal (SIGINT, SIGTERM).
+//! - [`logging`]: the one logging set-up, `tracing` filtered by `RUST_LOG`.
+//! - [`DEFAULT_PORT`]: the TCP port when an address names none.
+
+pub mod cli;
+pub mod codec;
+pub mod logging;
+pub mod signal;
+
+pub use codec::{FrameCodec, HostFrameCodec, ViewerFrameCodec, WireError};
+
+/// The default TCP port: `ostm-host serve` listens on it and `ostm-viewer` dials it when
+/// an address names none.
+pub const DEFAULT_PORT: u16 = 7878;
