@@ -5,28 +5,25 @@
 //! writer for the fan-out to write the next ones directly ([`crate::direct`]).
 
 use crate::direct::{Direct, Handed};
+use crate::fan_out::FanOut;
+use crate::framing::{encode, with_host_step, write_frames, Writer, BATCH};
 use crate::hub::{Hub, Joined, Take};
 use crate::pending::{Admitted, HELLO_TIMEOUT};
 use futures::StreamExt;
 use ostm_protocol::wire::{
-    EncodedFrame, End, EndReason, HostCodec, PeerRole, SnapshotKind, ToHost, ToViewer, Welcome,
-    VERSION,
+    EncodedFrame, End, EndReason, PeerRole, SnapshotKind, ToHost, ToViewer, Welcome, VERSION,
 };
 use ostm_runtime::{HostFrameCodec, WireError};
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 use subtle::ConstantTimeEq;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, WriteHalf};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout, Instant};
-use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::codec::FramedRead;
 use tracing::{debug, info, warn, Instrument};
@@ -47,55 +44,6 @@ pub struct ConnConfig {
     pub welcome: Welcome,
 }
 
-/// The write side: frames are written as they are, shared, with no buffer of its own.
-/// A plain-TCP one can also be written without a task (`try_write_vectored`), which the
-/// fan-out does while the connection is caught up ([`crate::direct`]).
-pub enum Writer {
-    Tcp(OwnedWriteHalf),
-    Tls(WriteHalf<TlsStream<TcpStream>>),
-}
-
-impl AsyncWrite for Writer {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Writer::Tcp(w) => Pin::new(w).poll_write(cx, buf),
-            Writer::Tls(w) => Pin::new(w).poll_write(cx, buf),
-        }
-    }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Writer::Tcp(w) => Pin::new(w).poll_write_vectored(cx, bufs),
-            Writer::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
-        }
-    }
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Writer::Tcp(w) => w.is_write_vectored(),
-            Writer::Tls(w) => w.is_write_vectored(),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Writer::Tcp(w) => Pin::new(w).poll_flush(cx),
-            Writer::Tls(w) => Pin::new(w).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Writer::Tcp(w) => Pin::new(w).poll_shutdown(cx),
-            Writer::Tls(w) => Pin::new(w).poll_shutdown(cx),
-        }
-    }
-}
-
 type Reader = FramedRead<Box<dyn AsyncRead + Unpin + Send>, HostFrameCodec>;
 
 /// What the reader task tells the writer.
@@ -106,8 +54,6 @@ enum Control {
     Gone,
 }
 
-/// Records sent in one write at most.
-pub const BATCH: usize = 64;
 /// The read buffer a connection starts with, in bytes: a viewer sends its hello (at most
 /// 271 bytes with a 255-byte token), then 13-byte heartbeats and drift requests; the
 /// buffer grows if a frame needs more.
@@ -122,6 +68,7 @@ pub async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
     hub: Arc<Hub>,
+    fan_out: Arc<FanOut>,
     cfg: Arc<ConnConfig>,
     waiting: Admitted,
     slots: Arc<Semaphore>,
@@ -172,59 +119,61 @@ pub async fn serve(
             Ok(None) => return,
             Ok(Some(got)) => got,
         };
-        if let Err(refusal) = hello {
-            hub.counters.refused.fetch_add(1, Ordering::Relaxed);
-            info!(
-                reason = refusal.end.reason.name(),
-                "refused: {}", refusal.end.text
-            );
-            refuse(&mut writer, reader, refusal, cfg.stall).await;
-            drop(waiting);
-            return;
-        }
-        drop(waiting);
-        let Ok(_permit) = slots.try_acquire_owned() else {
-            hub.counters.refused.fetch_add(1, Ordering::Relaxed);
-            info!("refused: the host is full");
-            let end = End {
-                reason: EndReason::Full,
-                text: "the host serves its maximum number of viewers".into(),
-                host_step: hub.step(),
-            };
-            refuse(
-                &mut writer,
-                reader,
-                Refusal { end, linger: true },
-                cfg.stall,
-            )
-            .await;
-            return;
+        // A refused hello keeps its place among the waiting connections until its end is
+        // sent; an accepted one gives it up before it takes a viewer slot.
+        let admitted = match hello {
+            Err(refusal) => Err((refusal, Some(waiting))),
+            Ok(()) => {
+                drop(waiting);
+                admit(&hub, &slots).map_err(|refusal| (refusal, None))
+            }
         };
-        let Some(joined) = hub.join(None) else {
-            let end = hub.ended().unwrap_or_else(|| End {
-                reason: EndReason::Shutdown,
-                text: "the stream has ended".into(),
-                host_step: hub.step(),
-            });
-            refuse(
-                &mut writer,
-                reader,
-                Refusal { end, linger: true },
-                cfg.stall,
-            )
-            .await;
-            return;
+        let (_permit, joined) = match admitted {
+            Ok(admitted) => admitted,
+            Err((refusal, waiting)) => {
+                refusal.note(&hub);
+                refuse(&mut writer, reader, refusal, cfg.stall).await;
+                drop(waiting);
+                return;
+            }
         };
         hub.counters.viewers.fetch_add(1, Ordering::Relaxed);
         hub.counters.viewers_total.fetch_add(1, Ordering::Relaxed);
         let (id, step) = (joined.id, joined.world.step);
         info!(id, step, "viewer {peer} attached at step {step}");
-        let left = stream_to(writer, reader, joined, peer, &hub, &cfg).await;
+        let left = stream_to(writer, reader, joined, peer, &hub, &fan_out, &cfg).await;
         hub.counters.viewers.fetch_sub(1, Ordering::Relaxed);
         left.log(peer, id, hub.step());
     }
     .instrument(span)
     .await
+}
+
+/// A viewer whose hello was accepted takes a viewer slot and joins the hub at its step;
+/// `Err` is the refusal to send when the host is full or the stream has ended.
+fn admit(hub: &Hub, slots: &Arc<Semaphore>) -> Result<(OwnedSemaphorePermit, Joined), Refusal> {
+    let Ok(permit) = slots.clone().try_acquire_owned() else {
+        return Err(Refusal::new(
+            EndReason::Full,
+            "the host serves its maximum number of viewers".into(),
+            hub,
+            true,
+        )
+        .logged_as("the host is full"));
+    };
+    match hub.join(None) {
+        Some(joined) => Ok((permit, joined)),
+        // Not counted as a refusal: the stream is over for everyone.
+        None => Err(Refusal {
+            end: hub.ended().unwrap_or_else(|| End {
+                reason: EndReason::Shutdown,
+                text: "the stream has ended".into(),
+                host_step: hub.step(),
+            }),
+            linger: true,
+            log: None,
+        }),
+    }
 }
 
 /// How an attached viewer's stream stopped, for the operator's line when it leaves.
@@ -293,6 +242,40 @@ impl Left {
 struct Refusal {
     end: End,
     linger: bool,
+    /// What the operator's line says after `refused: ` (the refusal is then counted);
+    /// `None` when the stream has simply ended.
+    log: Option<String>,
+}
+
+impl Refusal {
+    /// A refusal with `reason` and `text` at the host's step, logged as its text.
+    fn new(reason: EndReason, text: String, hub: &Hub, linger: bool) -> Refusal {
+        Refusal {
+            log: Some(text.clone()),
+            end: End {
+                reason,
+                text,
+                host_step: hub.step(),
+            },
+            linger,
+        }
+    }
+
+    /// The same refusal, logged as `log`.
+    fn logged_as(self, log: &str) -> Refusal {
+        Refusal {
+            log: Some(log.into()),
+            ..self
+        }
+    }
+
+    /// Counts the refusal and logs it for the operator.
+    fn note(&self, hub: &Hub) {
+        if let Some(log) = &self.log {
+            hub.counters.refused.fetch_add(1, Ordering::Relaxed);
+            info!(reason = self.end.reason.name(), "refused: {log}");
+        }
+    }
 }
 
 /// The offset of the role byte in a hello frame: length 4, type 1, magic 8, version 2.
@@ -309,13 +292,13 @@ async fn handshake(
     cfg: &ConnConfig,
     peer: &str,
 ) -> Result<(), Refusal> {
-    let refuse = |reason, at: u64, text: String, linger: bool| Refusal {
-        end: End {
+    let refuse = |reason, at: u64, text: String, linger: bool| {
+        Refusal::new(
             reason,
-            text: format!("{peer}: at offset {at}: {text}"),
-            host_step: hub.step(),
-        },
-        linger,
+            format!("{peer}: at offset {at}: {text}"),
+            hub,
+            linger,
+        )
     };
     let at = reader.decoder().consumed();
     let hello = match reader.next().await {
@@ -337,14 +320,12 @@ async fn handshake(
         }
         Some(Err(WireError::Format(e))) => {
             hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
-            return Err(Refusal {
-                end: End {
-                    reason: EndReason::NotAViewer,
-                    text: format!("not an ostm viewer: {e}"),
-                    host_step: hub.step(),
-                },
-                linger: false,
-            });
+            return Err(Refusal::new(
+                EndReason::NotAViewer,
+                format!("not an ostm viewer: {e}"),
+                hub,
+                false,
+            ));
         }
         Some(Ok(ToHost::Hello(h))) => h,
         Some(Ok(other)) => {
@@ -385,14 +366,7 @@ async fn handshake(
             } else {
                 "the token does not match"
             };
-            return Err(Refusal {
-                end: End {
-                    reason: EndReason::BadToken,
-                    text: why.into(),
-                    host_step: hub.step(),
-                },
-                linger: true,
-            });
+            return Err(Refusal::new(EndReason::BadToken, why.into(), hub, true));
         }
     }
     Ok(())
@@ -422,32 +396,6 @@ async fn refuse(writer: &mut Writer, mut reader: Reader, refusal: Refusal, stall
     }
 }
 
-/// Slices in one vectored write at most: a batch of records and the heartbeat ahead of it.
-pub const MAX_SLICES: usize = BATCH + 1;
-
-/// Writes the frames as they are (shared, not copied), in vectored writes, then flushes
-/// (which TLS needs).
-async fn write_frames<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    frames: &[EncodedFrame],
-) -> std::io::Result<()> {
-    for chunk in frames.chunks(MAX_SLICES) {
-        let mut slices = [IoSlice::new(&[]); MAX_SLICES];
-        for (s, f) in slices.iter_mut().zip(chunk) {
-            *s = IoSlice::new(&f.0);
-        }
-        let mut left = &mut slices[..chunk.len()];
-        while !left.is_empty() {
-            let n = writer.write_vectored(left).await?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
-            }
-            IoSlice::advance_slices(&mut left, n);
-        }
-    }
-    writer.flush().await
-}
-
 /// Writes the frames within the stall timeout; on failure, why the viewer is gone.
 async fn send_frames(
     writer: &mut Writer,
@@ -472,28 +420,6 @@ fn failed(e: std::io::Error) -> Why {
     }
 }
 
-fn encode(msg: &ToViewer) -> Vec<EncodedFrame> {
-    // Every message the host builds fits a frame; a failure here is logged and skipped.
-    match HostCodec::encode_frame(msg) {
-        Ok(f) => vec![f],
-        Err(e) => {
-            warn!("cannot encode a message: {e}");
-            Vec::new()
-        }
-    }
-}
-
-/// Puts a heartbeat carrying the host's step ahead of a write of records when the host's
-/// step is past `after`, the step the last of them brings the viewer to, so the viewer
-/// learns how far behind it is from the host, not from the records it has.
-pub fn with_host_step(frames: &mut Vec<EncodedFrame>, after: u64, host_step: u64) {
-    if host_step > after {
-        if let Some(beat) = encode(&ToViewer::Heartbeat { host_step }).pop() {
-            frames.insert(0, beat);
-        }
-    }
-}
-
 /// What woke a connection that waited.
 enum Woken {
     /// The reader's message (`None`: the reader is gone).
@@ -504,58 +430,104 @@ enum Woken {
     Beat,
 }
 
-/// The heartbeat's timer fired: a heartbeat when nothing was sent for the interval
-/// (`fired` stays set: the timer is set again after the write), else the timer set to the
-/// interval after the last write.
-fn beat(
-    heartbeat: Pin<&mut tokio::time::Sleep>,
-    fired: &mut bool,
-    last_sent: Instant,
-    hub: &Hub,
-    cfg: &ConnConfig,
-    frames: &mut Vec<EncodedFrame>,
-) -> Next {
-    let due = last_sent + cfg.heartbeat;
-    if Instant::now() < due {
-        heartbeat.reset(due);
-        *fired = false;
-        Next::Again
-    } else {
-        frames.extend(encode(&ToViewer::Heartbeat {
-            host_step: hub.step(),
-        }));
-        Next::Write
+/// Where the writer goes once it has seen to what woke it.
+#[derive(Debug, Clone, Copy)]
+enum Then {
+    /// Take the records past the viewer's position.
+    Take,
+    /// The last take left nothing past the viewer's position: wait before looking again.
+    Wait,
+}
+
+impl Then {
+    fn turn(self) -> Turn {
+        match self {
+            Then::Take => Turn::Take,
+            Then::Wait => Turn::Wait,
+        }
     }
 }
 
-/// What the writer does next.
-enum Next {
-    /// Write what is in the frame list.
-    Write,
-    /// Look again (records or a control message may have come).
-    Again,
-    /// Stop: send this end, or (`None`) just close.
+/// The attached writer's states: each turn goes from one to the next. No timer is set
+/// per record: the heartbeat's is moved only when it fires.
+enum Turn {
+    /// See to what woke the writer (else to a message of the reader's that waits), then
+    /// go on as `Then` says. What the reader sends is rare: looked at only when there is
+    /// something.
+    Look(Option<Woken>, Then),
+    /// Take the records past the viewer's position from the hub's shared ring.
+    Take,
+    /// Caught up: wait for records, the reader or the heartbeat's timer (a plain-TCP
+    /// writer parked for the fan-out, which writes the next records itself).
+    Wait,
+    /// Write the frame list.
+    Write(Write),
+    /// Send this end (or, `None`, only close) and leave.
     Stop(Option<End>),
+    /// The viewer is gone.
+    Gone(Why),
+}
+
+/// A write of the frame list, and what follows it.
+struct Write {
+    /// The step the frames bring the viewer to, when they carry records or a snapshot.
+    reaches: Option<u64>,
+    /// The heartbeat's timer fired: set it again once this write is made.
+    rearm: bool,
+    /// What woke the writer while it waited, seen to after the write.
+    woken: Option<Woken>,
+    then: Then,
+}
+
+impl Write {
+    /// A write that brings the viewer to no new step.
+    fn plain(then: Then) -> Turn {
+        Turn::Write(Write {
+            reaches: None,
+            rearm: false,
+            woken: None,
+            then,
+        })
+    }
+}
+
+/// An attached viewer's writer, between turns.
+struct Attached<'a> {
+    id: u64,
+    peer: SocketAddr,
+    hub: &'a Hub,
+    cfg: &'a ConnConfig,
+    /// The number of the next record to send.
+    position: u64,
+    /// The frames of the next write.
+    frames: Vec<EncodedFrame>,
+    /// When the last write that completed was made.
+    last_sent: Instant,
+    heartbeat: Pin<Box<tokio::time::Sleep>>,
+    ctl: mpsc::Receiver<Control>,
+    /// Plain TCP: the slot where the writer parks for the fan-out.
+    direct: Option<Arc<Direct>>,
+    left: Left,
 }
 
 /// Streams to an attached viewer until the stream ends, the viewer goes, or it stalls;
-/// returns how it left.
-/// Each turn: what the viewer's reader asks for first, then the records past the viewer's
+/// returns how it left. The welcome and the attach snapshot first; then, turn by turn
+/// ([`Turn`]): what the viewer's reader asks for first, then the records past the viewer's
 /// position in the hub's shared ring; with nothing to send, it waits for the fan-out, the
-/// reader or the heartbeat interval. No timer is set per record: the heartbeat's is moved
-/// only when it fires.
+/// reader or the heartbeat interval.
 async fn stream_to(
     mut writer: Writer,
     reader: Reader,
     joined: Joined,
     peer: SocketAddr,
     hub: &Arc<Hub>,
+    fan_out: &FanOut,
     cfg: &ConnConfig,
 ) -> Left {
     let Joined {
         id,
         world,
-        mut position,
+        position,
     } = joined;
     let mut left = Left {
         step: world.step,
@@ -571,205 +543,278 @@ async fn stream_to(
     ];
     let first: Vec<EncodedFrame> = hello.iter().flat_map(encode).collect();
     if let Err(why) = send_frames(&mut writer, &first, cfg.stall).await {
-        if matches!(why, Why::Stalled(_)) {
-            hub.counters.stalled.fetch_add(1, Ordering::Relaxed);
-        }
+        note_stall(hub, &why);
         left.why = why;
         return left;
     }
-    let (ctl_tx, mut ctl_rx) = mpsc::channel::<Control>(8);
+    let (ctl_tx, ctl) = mpsc::channel::<Control>(8);
     let read_task =
         tokio::spawn(read_loop(reader, ctl_tx, hub.clone(), cfg.silence).in_current_span());
-    let mut frames: Vec<EncodedFrame> = Vec::new();
-    let mut last_sent = Instant::now();
     // Plain TCP: the fan-out writes to it directly whenever it is caught up.
     let direct = matches!(writer, Writer::Tcp(_)).then(|| {
         let direct = Arc::new(Direct::new());
-        hub.register(&direct);
+        fan_out.register(hub, &direct);
         direct
     });
-    let heartbeat = tokio::time::sleep(cfg.heartbeat);
-    tokio::pin!(heartbeat);
-    let control = |c: Option<Control>, frames: &mut Vec<EncodedFrame>| match c {
-        Some(Control::Send(f)) => {
-            frames.push(f);
-            Next::Write
-        }
-        Some(Control::Close(end)) => Next::Stop(Some(*end)),
-        Some(Control::Gone) | None => Next::Stop(None),
+    let mut a = Attached {
+        id,
+        peer,
+        hub,
+        cfg,
+        position,
+        frames: Vec::new(),
+        last_sent: Instant::now(),
+        heartbeat: Box::pin(tokio::time::sleep(cfg.heartbeat)),
+        ctl,
+        direct,
+        left,
     };
-    // The last take left nothing past the viewer's position: wait before looking again.
-    let mut caught_up = false;
-    // The heartbeat's timer fired: set it again after the next write.
-    let mut beat_fired = false;
-    // What woke the writer while it waited, seen to at the top of the next turn.
-    let mut held: Option<Woken> = None;
-    // The step the frames being written bring the viewer to, when they carry records.
-    let stop = loop {
-        frames.clear();
-        let mut writing: Option<u64> = None;
-        // What the reader sends is rare: looked at only when there is something.
-        let mut next = match held.take() {
-            Some(Woken::Control(c)) => control(c, &mut frames),
-            Some(Woken::Beat) => {
-                beat_fired = true;
-                beat(
-                    heartbeat.as_mut(),
-                    &mut beat_fired,
-                    last_sent,
-                    hub,
-                    cfg,
-                    &mut frames,
-                )
+    let mut turn = Turn::Look(None, Then::Take);
+    loop {
+        turn = match turn {
+            Turn::Look(woken, then) => a.look(woken, then),
+            Turn::Take => {
+                let taken = a.hub.take(&mut a.position, BATCH, &mut a.frames);
+                a.taken(taken)
             }
-            Some(Woken::Records) | None if ctl_rx.is_empty() => Next::Again,
-            _ => control(ctl_rx.try_recv().ok(), &mut frames),
-        };
-        if matches!(next, Next::Again) {
-            let mut taken = if caught_up {
-                Take::Nothing
-            } else {
-                hub.take(&mut position, BATCH, &mut frames)
-            };
-            if matches!(taken, Take::Nothing) {
-                // Wait for records, the reader or the heartbeat interval; what woke the
-                // writer is seen to at the top of the next turn.
-                if let Some(direct) = &direct {
-                    // Caught up: park the writer for the fan-out, which writes the next
-                    // records itself, and wait for what it cannot write.
-                    let woken = direct.woken();
-                    tokio::pin!(woken);
-                    woken.as_mut().enable();
-                    match direct.park(hub, writer, position, left.step, last_sent) {
-                        Err(back) => {
-                            // Records came since the take (or the end): take them.
-                            writer = back;
-                            caught_up = false;
-                        }
-                        Ok(()) => {
-                            held = Some(tokio::select! {
-                                biased;
-                                c = ctl_rx.recv() => Woken::Control(c),
-                                () = &mut woken => Woken::Records,
-                                () = &mut heartbeat => Woken::Beat,
-                            });
-                            let Some(back) = direct.unpark() else {
-                                // Not reached: only this task takes the writer back.
-                                left.why = Why::Dropped("the connection lost its writer".into());
-                                read_task.abort();
-                                return left;
-                            };
-                            writer = back.writer;
-                            position = back.position;
-                            left.step = back.step;
-                            last_sent = back.last_sent;
-                            caught_up = false;
-                            match back.handed {
-                                None | Some(Handed::Behind) => {}
-                                Some(Handed::Failed(e)) => {
-                                    left.why = failed(e);
-                                    read_task.abort();
-                                    return left;
-                                }
-                                // The frame the fan-out's write stopped in is completed
-                                // before anything else is written.
-                                Some(Handed::Rest {
-                                    frames: rest,
-                                    after,
-                                }) => {
-                                    frames.extend(rest);
-                                    writing = Some(after);
-                                    next = Next::Write;
-                                }
-                            }
-                        }
+            Turn::Wait => match a.direct.clone() {
+                Some(direct) => match a.wait_parked(&direct, writer).await {
+                    Ok((back, next)) => {
+                        writer = back;
+                        next
                     }
-                } else {
-                    // Register for the fan-out's wake before looking again, so that a
-                    // record published in between is not missed.
-                    let notified = hub.published().notified();
-                    tokio::pin!(notified);
-                    notified.as_mut().enable();
-                    taken = hub.take(&mut position, BATCH, &mut frames);
-                    if matches!(taken, Take::Nothing) {
-                        held = Some(tokio::select! {
-                            biased;
-                            c = ctl_rx.recv() => Woken::Control(c),
-                            () = &mut notified => Woken::Records,
-                            () = &mut heartbeat => Woken::Beat,
-                        });
+                    Err(why) => {
+                        a.left.why = why;
+                        break;
                     }
-                }
+                },
+                None => a.wait_woken().await,
+            },
+            Turn::Write(w) => a.write(&mut writer, w).await,
+            Turn::Stop(end) => {
+                a.stop(&mut writer, end).await;
+                break;
             }
-            match taken {
-                Take::Nothing => {}
-                Take::Records { after, more } => {
-                    caught_up = !more;
-                    with_host_step(&mut frames, after, hub.step());
-                    next = Next::Write;
-                    writing = Some(after);
-                }
-                Take::Behind => {
-                    // The next take says so if the stream has ended meanwhile.
-                    if let Some(again) = hub.join(Some(id)) {
-                        left.resyncs += 1;
-                        if left.resyncs == 1 {
-                            info!(
-                                step = left.step,
-                                to = again.world.step,
-                                "viewer {peer} fell more than the queue behind at step {}: resynced from the host's snapshot at step {} (later resyncs are counted in its leave line)",
-                                left.step,
-                                again.world.step
-                            );
-                        } else {
-                            debug!(step = again.world.step, "resync");
-                        }
-                        writing = Some(again.world.step);
-                        position = again.position;
-                        caught_up = false;
-                        frames.extend(encode(&ToViewer::Snapshot {
-                            kind: SnapshotKind::Resync,
-                            world: again.world,
-                        }));
-                        next = Next::Write;
-                    }
-                }
-                Take::Ended(end) => next = Next::Stop(Some(end)),
+            Turn::Gone(why) => {
+                a.left.why = why;
+                break;
             }
         }
-        match next {
-            Next::Again => continue,
-            Next::Stop(end) => break end,
-            Next::Write => {}
-        }
-        if let Err(why) = send_frames(&mut writer, &frames, cfg.stall).await {
-            if matches!(why, Why::Stalled(_)) {
-                hub.counters.stalled.fetch_add(1, Ordering::Relaxed);
-            }
-            left.why = why;
-            read_task.abort();
-            return left;
-        }
-        last_sent = Instant::now();
-        if let Some(step) = writing {
-            left.step = step;
-        }
-        if beat_fired {
-            heartbeat.as_mut().reset(last_sent + cfg.heartbeat);
-            beat_fired = false;
-        }
-    };
-    if let Some(end) = stop {
-        debug!(reason = end.reason.name(), "sending end");
-        let sent = send_frames(&mut writer, &encode(&ToViewer::End(end.clone())), cfg.stall).await;
-        if sent.is_ok() && writer.shutdown().await.is_ok() {
-            // Wait for the viewer to close its side (the reader then finishes).
-            let _ = timeout(LINGER, async { while ctl_rx.recv().await.is_some() {} }).await;
-        }
-        left.why = Why::Ended(end);
     }
     read_task.abort();
-    left
+    a.left
+}
+
+impl Attached<'_> {
+    fn look(&mut self, woken: Option<Woken>, then: Then) -> Turn {
+        match woken {
+            Some(Woken::Control(c)) => self.control(c, then),
+            Some(Woken::Beat) => self.beat(then),
+            Some(Woken::Records) | None if self.ctl.is_empty() => then.turn(),
+            _ => {
+                let c = self.ctl.try_recv().ok();
+                self.control(c, then)
+            }
+        }
+    }
+
+    /// The reader's message.
+    fn control(&mut self, c: Option<Control>, then: Then) -> Turn {
+        match c {
+            Some(Control::Send(f)) => {
+                self.frames.push(f);
+                Write::plain(then)
+            }
+            Some(Control::Close(end)) => Turn::Stop(Some(*end)),
+            Some(Control::Gone) | None => Turn::Stop(None),
+        }
+    }
+
+    /// The heartbeat's timer fired: a heartbeat when nothing was sent for the interval
+    /// (the timer is set again after the write), else the timer set to the interval after
+    /// the last write.
+    fn beat(&mut self, then: Then) -> Turn {
+        let due = self.last_sent + self.cfg.heartbeat;
+        if Instant::now() < due {
+            self.heartbeat.as_mut().reset(due);
+            return then.turn();
+        }
+        self.frames.extend(encode(&ToViewer::Heartbeat {
+            host_step: self.hub.step(),
+        }));
+        Turn::Write(Write {
+            reaches: None,
+            rearm: true,
+            woken: None,
+            then,
+        })
+    }
+
+    /// What a take from the hub's ring found at the viewer's position.
+    fn taken(&mut self, taken: Take) -> Turn {
+        match taken {
+            Take::Nothing => Turn::Wait,
+            Take::Records { after, more } => {
+                with_host_step(&mut self.frames, after, self.hub.step());
+                Turn::Write(Write {
+                    reaches: Some(after),
+                    rearm: false,
+                    woken: None,
+                    then: if more { Then::Take } else { Then::Wait },
+                })
+            }
+            // The next take says so if the stream has ended meanwhile.
+            Take::Behind => match self.hub.join(Some(self.id)) {
+                Some(again) => self.resync(again),
+                None => self.look(None, Then::Take),
+            },
+            Take::Ended(end) => Turn::Stop(Some(end)),
+        }
+    }
+
+    /// The viewer fell more than the queue behind: a snapshot of the host's step, and its
+    /// records from there.
+    fn resync(&mut self, again: Joined) -> Turn {
+        let left = &mut self.left;
+        left.resyncs += 1;
+        if left.resyncs == 1 {
+            info!(
+                step = left.step,
+                to = again.world.step,
+                "viewer {} fell more than the queue behind at step {}: resynced from the host's snapshot at step {} (later resyncs are counted in its leave line)",
+                self.peer,
+                left.step,
+                again.world.step
+            );
+        } else {
+            debug!(step = again.world.step, "resync");
+        }
+        let reaches = Some(again.world.step);
+        self.position = again.position;
+        self.frames.extend(encode(&ToViewer::Snapshot {
+            kind: SnapshotKind::Resync,
+            world: again.world,
+        }));
+        Turn::Write(Write {
+            reaches,
+            rearm: false,
+            woken: None,
+            then: Then::Take,
+        })
+    }
+
+    /// Caught up on plain TCP: parks the writer for the fan-out, which writes the next
+    /// records itself, and waits for what it cannot write, the reader or the heartbeat.
+    /// Gives the writer back with the next turn; `Err` only if the writer was lost.
+    async fn wait_parked(
+        &mut self,
+        direct: &Direct,
+        writer: Writer,
+    ) -> Result<(Writer, Turn), Why> {
+        let woken = direct.woken();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let parked = direct.park(
+            self.hub,
+            writer,
+            self.position,
+            self.left.step,
+            self.last_sent,
+        );
+        if let Err(back) = parked {
+            // Records came since the take (or the end): take them.
+            return Ok((back, self.look(None, Then::Take)));
+        }
+        let woken = tokio::select! {
+            biased;
+            c = self.ctl.recv() => Woken::Control(c),
+            () = &mut woken => Woken::Records,
+            () = &mut self.heartbeat => Woken::Beat,
+        };
+        let Some(back) = direct.unpark() else {
+            // Not reached: only this task takes the writer back.
+            return Err(Why::Dropped("the connection lost its writer".into()));
+        };
+        self.position = back.position;
+        self.left.step = back.step;
+        self.last_sent = back.last_sent;
+        let next = match back.handed {
+            None | Some(Handed::Behind) => Turn::Look(Some(woken), Then::Take),
+            Some(Handed::Failed(e)) => Turn::Gone(failed(e)),
+            // The frame the fan-out's write stopped in is completed before anything else
+            // is written.
+            Some(Handed::Rest { frames, after }) => {
+                self.frames.extend(frames);
+                Turn::Write(Write {
+                    reaches: Some(after),
+                    rearm: false,
+                    woken: Some(woken),
+                    then: Then::Take,
+                })
+            }
+        };
+        Ok((back.writer, next))
+    }
+
+    /// Caught up on TLS: registers for the fan-out's wake before looking again, so that a
+    /// record published in between is not missed, then waits for it, the reader or the
+    /// heartbeat.
+    async fn wait_woken(&mut self) -> Turn {
+        let hub = self.hub;
+        let notified = hub.published().notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        match hub.take(&mut self.position, BATCH, &mut self.frames) {
+            Take::Nothing => {}
+            taken => return self.taken(taken),
+        }
+        let woken = tokio::select! {
+            biased;
+            c = self.ctl.recv() => Woken::Control(c),
+            () = &mut notified => Woken::Records,
+            () = &mut self.heartbeat => Woken::Beat,
+        };
+        Turn::Look(Some(woken), Then::Wait)
+    }
+
+    /// Writes the frame list within the stall timeout.
+    async fn write(&mut self, writer: &mut Writer, w: Write) -> Turn {
+        if let Err(why) = send_frames(writer, &self.frames, self.cfg.stall).await {
+            note_stall(self.hub, &why);
+            return Turn::Gone(why);
+        }
+        self.frames.clear();
+        self.last_sent = Instant::now();
+        if let Some(step) = w.reaches {
+            self.left.step = step;
+        }
+        if w.rearm {
+            let next = self.last_sent + self.cfg.heartbeat;
+            self.heartbeat.as_mut().reset(next);
+        }
+        Turn::Look(w.woken, w.then)
+    }
+
+    /// Sends the end, if any, and waits for the viewer to close its side.
+    async fn stop(&mut self, writer: &mut Writer, end: Option<End>) {
+        let Some(end) = end else {
+            return;
+        };
+        debug!(reason = end.reason.name(), "sending end");
+        let sent = send_frames(writer, &encode(&ToViewer::End(end.clone())), self.cfg.stall).await;
+        if sent.is_ok() && writer.shutdown().await.is_ok() {
+            // Wait for the viewer to close its side (the reader then finishes).
+            let _ = timeout(LINGER, async { while self.ctl.recv().await.is_some() {} }).await;
+        }
+        self.left.why = Why::Ended(end);
+    }
+}
+
+/// Counts a write that stalled.
+fn note_stall(hub: &Hub, why: &Why) {
+    if matches!(why, Why::Stalled(_)) {
+        hub.counters.stalled.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 async fn read_loop(
@@ -834,89 +879,6 @@ async fn read_loop(
                 let _ = ctl.send(Control::Close(Box::new(end))).await;
                 return;
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-
-    fn frames(steps: &[u8]) -> Vec<EncodedFrame> {
-        steps
-            .iter()
-            .map(|&s| EncodedFrame(Bytes::from(vec![s])))
-            .collect()
-    }
-
-    /// The bytes of a heartbeat frame from docs/protocol.md: length 9, type 0x84, step.
-    fn heartbeat(step: u64) -> Vec<u8> {
-        let mut f = vec![9, 0, 0, 0, 0x84];
-        f.extend_from_slice(&step.to_le_bytes());
-        f
-    }
-
-    fn bytes(frames: &[EncodedFrame]) -> Vec<Vec<u8>> {
-        frames.iter().map(|f| f.0.to_vec()).collect()
-    }
-
-    #[test]
-    fn a_write_behind_the_host_starts_with_its_step() {
-        let mut f = frames(&[11, 12]);
-        with_host_step(&mut f, 12, 40);
-        assert_eq!(bytes(&f), vec![heartbeat(40), vec![11], vec![12]]);
-    }
-
-    #[test]
-    fn a_write_that_reaches_the_host_carries_records_only() {
-        let mut f = frames(&[11, 12]);
-        with_host_step(&mut f, 12, 12);
-        assert_eq!(bytes(&f), vec![vec![11], vec![12]]);
-    }
-
-    /// A writer that takes at most `n` bytes per call, like a socket with little room.
-    struct Trickle {
-        got: Vec<u8>,
-        n: usize,
-    }
-
-    impl AsyncWrite for Trickle {
-        fn poll_write(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-            buf: &[u8],
-        ) -> std::task::Poll<std::io::Result<usize>> {
-            let n = buf.len().min(self.n);
-            self.got.extend_from_slice(&buf[..n]);
-            std::task::Poll::Ready(Ok(n))
-        }
-        fn poll_flush(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-        fn poll_shutdown(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-    }
-
-    /// Partial writes resume where the kernel stopped, across frames and past the number
-    /// of slices one vectored write takes.
-    #[tokio::test]
-    async fn frames_are_written_whole_and_in_order_through_partial_writes() {
-        let all: Vec<EncodedFrame> = (0..200u8)
-            .map(|i| EncodedFrame(Bytes::from(vec![i; 1 + i as usize % 7])))
-            .collect();
-        let want: Vec<u8> = all.iter().flat_map(|f| f.0.to_vec()).collect();
-        for n in [1, 3, 1000] {
-            let mut w = Trickle { got: Vec::new(), n };
-            write_frames(&mut w, &all).await.unwrap();
-            assert_eq!(w.got, want, "{n} bytes per write");
         }
     }
 }

@@ -7,7 +7,7 @@
 //! the fan-out stopped. The writer is in one place at a time: here (the fan-out may
 //! write) or with the task (only it writes), moved under the slot's lock.
 
-use crate::conn::{with_host_step, Writer};
+use crate::framing::{rest_of, with_host_step, Writer, MAX_SLICES};
 use crate::hub::Hub;
 use crate::unpoisoned::unpoisoned;
 use ostm_protocol::wire::EncodedFrame;
@@ -220,7 +220,7 @@ impl Direct {
         let sent = match &p.frames[..] {
             [one] => sock.send(&one.0),
             frames => {
-                let mut slices = [IoSlice::new(&[]); crate::conn::MAX_SLICES];
+                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
                 for (s, f) in slices.iter_mut().zip(frames) {
                     *s = IoSlice::new(&f.0);
                 }
@@ -261,50 +261,5 @@ impl Direct {
         slot.handed = Some(handed);
         drop(slot);
         self.wake.notify_one();
-    }
-}
-
-/// What is left of `frames` once their first `written` bytes are written: the frame the
-/// write stopped in cut at that byte, and the frames after it.
-pub fn rest_of(frames: &[EncodedFrame], mut written: usize) -> Vec<EncodedFrame> {
-    let mut rest = Vec::new();
-    for f in frames {
-        if written >= f.0.len() {
-            written -= f.0.len();
-        } else {
-            rest.push(EncodedFrame(f.0.slice(written..)));
-            written = 0;
-        }
-    }
-    rest
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-
-    fn frames(lens: &[usize]) -> Vec<EncodedFrame> {
-        lens.iter()
-            .enumerate()
-            .map(|(i, &n)| EncodedFrame(Bytes::from(vec![i as u8; n])))
-            .collect()
-    }
-
-    fn joined(frames: &[EncodedFrame]) -> Vec<u8> {
-        frames.iter().flat_map(|f| f.0.to_vec()).collect()
-    }
-
-    /// Whatever byte a write stops at, the bytes written and the rest are the whole write,
-    /// in order, once each.
-    #[test]
-    fn the_rest_of_a_short_write_starts_at_the_byte_it_stopped_at() {
-        let all = frames(&[9, 1, 30, 7]);
-        let bytes = joined(&all);
-        for written in 0..=bytes.len() {
-            let rest = rest_of(&all, written);
-            assert_eq!(joined(&rest), bytes[written..], "{written} bytes written");
-            assert!(rest.iter().all(|f| !f.0.is_empty()));
-        }
     }
 }

@@ -5,24 +5,20 @@
 //!
 //! Publishing a step does the same work whatever the number of viewers: the stepping loop
 //! appends the step's world and record (encoded once) under the hub's lock and wakes the
-//! [`FAN_OUTS`] fan-out tasks ([`Hub::fan_out`]), a fixed number whatever the viewers. Each
-//! fan-out writes the new records itself to every plain-TCP connection of its share that
-//! had sent all records before them (its writer parked in its [`Direct`] slot); the first
-//! also wakes the connections waiting for records otherwise (TLS ones).
+//! [`FAN_OUTS`] fan-out tasks ([`crate::fan_out`]), a fixed number whatever the viewers.
 //! A connection that is behind takes the records past its position itself ([`Hub::take`]);
-//! one that finds the host more than `queue` records ahead of it is resynced. A viewer joins (takes its
-//! probe snapshot and its position) under the hub's lock, so it joins *at* a step, never
-//! between one step's world and its record.
+//! one that finds the host more than `queue` records ahead of it is resynced. A viewer
+//! joins (takes its probe snapshot and its position) under the hub's lock, so it joins
+//! *at* a step, never between one step's world and its record.
 
-use crate::direct::{Direct, Round};
 use crate::unpoisoned::unpoisoned;
 use bytes::Bytes;
 use ostm_protocol::sim::op::for_each_op;
 use ostm_protocol::wire::{DriftReply, DriftStatus, EncodedFrame, End};
 use ostm_protocol::World;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
 use tokio::sync::Notify;
 
 /// Fan-out tasks: each writes to its share of the connections (they are dealt out in
@@ -100,10 +96,8 @@ pub struct Hub {
     step: AtomicU64,
     /// Records published so far (the ring's head), readable without a lock.
     head: AtomicU64,
-    /// Connections that can take direct writes, registered since the fan-out last looked.
-    joining: [Mutex<Vec<Weak<Direct>>>; FAN_OUTS],
-    /// Connections registered so far (they go to the fan-outs in turn).
-    registered: AtomicU64,
+    /// The fan-out tasks that have had connections (the first always counts).
+    busy: AtomicUsize,
     /// How the stream ended, once it has; set after the last record was published.
     ended: OnceLock<End>,
     /// Told by the stepping loop that records were published (one per fan-out task).
@@ -155,8 +149,7 @@ impl Hub {
             }),
             step: AtomicU64::new(step),
             head: AtomicU64::new(0),
-            joining: std::array::from_fn(|_| Mutex::new(Vec::new())),
-            registered: AtomicU64::new(0),
+            busy: AtomicUsize::new(1),
             ended: OnceLock::new(),
             stepped: std::array::from_fn(|_| Notify::new()),
             published: Notify::new(),
@@ -179,15 +172,25 @@ impl Hub {
         self.head.load(Ordering::Acquire)
     }
 
-    /// Lets the fan-out write to this connection directly whenever its writer is parked.
-    pub fn register(&self, direct: &Arc<Direct>) {
-        let part = self.registered.fetch_add(1, Ordering::Relaxed) as usize % FAN_OUTS;
-        unpoisoned(self.joining[part].lock()).push(Arc::downgrade(direct));
+    /// Fan-out task `part` has a connection from now on: publishing wakes it too.
+    pub fn fan_out_busy(&self, part: usize) {
+        self.busy.fetch_max(part + 1, Ordering::Relaxed);
+    }
+
+    /// The notification fan-out task `part` waits on: told once per publish (for any
+    /// number of steps published meanwhile) and at the end.
+    pub fn stepped(&self, part: usize) -> &Notify {
+        &self.stepped[part]
     }
 
     /// How the stream ended, once it has.
     pub fn ended(&self) -> Option<End> {
         self.ended.get().cloned()
+    }
+
+    /// Whether the stream has ended.
+    pub fn has_ended(&self) -> bool {
+        self.ended.get().is_some()
     }
 
     /// Takes a viewer on at the host's current step: its probe world and its position in
@@ -256,7 +259,7 @@ impl Hub {
     }
 
     /// Appends to `out` the frames of every record from `position` on, when there are
-    /// some and at most one write's worth ([`crate::conn::BATCH`], and at most `queue`);
+    /// some and at most one write's worth ([`crate::framing::BATCH`], and at most `queue`);
     /// returns their number and the step the last brings the viewer to. `None` otherwise:
     /// a connection further behind takes its records itself ([`Hub::take`]).
     pub fn take_all_within(
@@ -266,7 +269,7 @@ impl Hub {
     ) -> Option<(u64, u64)> {
         let records = unpoisoned(self.records.read());
         let behind = records.next.checked_sub(position)?;
-        if behind == 0 || behind as usize > crate::conn::BATCH.min(self.limits.queue) {
+        if behind == 0 || behind as usize > crate::framing::BATCH.min(self.limits.queue) {
             return None;
         }
         self.note_behind(behind);
@@ -320,7 +323,7 @@ impl Hub {
         self.counters.steps.store(world.step, Ordering::Relaxed);
         // Only the fan-outs that have had connections: the first, which also wakes the
         // waiting ones, always.
-        let busy = (self.registered.load(Ordering::Relaxed) as usize).clamp(1, FAN_OUTS);
+        let busy = self.busy.load(Ordering::Relaxed).min(FAN_OUTS);
         for stepped in &self.stepped[..busy] {
             stepped.notify_one();
         }
@@ -336,52 +339,6 @@ impl Hub {
             stepped.notify_one();
         }
         self.published.notify_waiters();
-    }
-
-    /// Fan-out task `part` (of [`FAN_OUTS`]): each time the stepping loop has published
-    /// (once for any number of steps published meanwhile), writes the new records to
-    /// every connection of its share whose writer is parked ([`Direct::offer`]); part 0
-    /// also wakes every connection waiting for records. Once the stream has ended, it
-    /// makes a last round (the last records) and wakes every parked connection of its
-    /// share to send its end; then it returns.
-    pub async fn fan_out(&self, part: usize) {
-        let mut conns: Vec<Weak<Direct>> = Vec::new();
-        let mut round = Round::default();
-        loop {
-            // Read before the round: a round that starts after the end was set writes the
-            // last records.
-            let ended = self.ended.get().is_some();
-            if part == 0 {
-                self.published.notify_waiters();
-            }
-            conns.append(&mut *unpoisoned(self.joining[part].lock()));
-            round.clear();
-            let now = tokio::time::Instant::now();
-            let mut i = 0;
-            while let Some(c) = conns.get(i) {
-                // The connections' slots are cold (one per viewer, each touched once a
-                // round): ask for the one two ahead while this one's `send` runs.
-                if let Some(ahead) = conns.get(i + 2) {
-                    prefetch(ahead.as_ptr());
-                }
-                match c.upgrade() {
-                    Some(direct) => {
-                        direct.offer(self, &mut round, now);
-                        i += 1;
-                    }
-                    None => {
-                        conns.swap_remove(i);
-                    }
-                }
-            }
-            if ended {
-                for direct in conns.iter().filter_map(Weak::upgrade) {
-                    direct.wake();
-                }
-                return;
-            }
-            self.stepped[part].notified().await;
-        }
     }
 
     /// Answers a drift request for step `step`: the world held at that step and the
@@ -432,28 +389,14 @@ impl Hub {
     }
 }
 
-/// Asks the CPU to bring the memory at `p` into its cache, without waiting for it; a hint
-/// only (nothing is read, so any address will do).
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing and cannot fault, whatever the address; SSE is in
-    // every x86-64 CPU.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ostm_protocol::sim::op::encode_input;
     use ostm_protocol::wire::{HostCodec, Record, ToViewer};
     use ostm_protocol::{Dims, Op, Setup};
 
-    fn world() -> World {
+    pub(crate) fn world() -> World {
         World::new(
             Setup {
                 dims: Dims::Three,
@@ -465,7 +408,7 @@ mod tests {
     }
 
     /// Runs `n` steps through the hub, each an impulse on body 0.
-    fn run(hub: &Hub, w: &mut World, n: usize) {
+    pub(crate) fn run(hub: &Hub, w: &mut World, n: usize) {
         for _ in 0..n {
             let ops = [Op::Impulse {
                 body: 0,
@@ -602,60 +545,5 @@ mod tests {
             matches!(hub.take(&mut at_far, 64, &mut Vec::new()), Take::Ended(_)),
             "a viewer too far behind at the end gets the end, not a resync"
         );
-    }
-
-    #[tokio::test]
-    async fn the_fan_out_wakes_every_waiting_connection() {
-        let hub = std::sync::Arc::new(Hub::new(world(), Limits { queue: 4, ring: 8 }));
-        let fan = tokio::spawn({
-            let hub = hub.clone();
-            async move { hub.fan_out(0).await }
-        });
-        let waiters: Vec<_> = (0..3)
-            .map(|_| {
-                let hub = hub.clone();
-                let mut at = hub.join(None).unwrap().position;
-                tokio::spawn(async move {
-                    loop {
-                        let notified = hub.published().notified();
-                        tokio::pin!(notified);
-                        notified.as_mut().enable();
-                        match hub.take(&mut at, 64, &mut Vec::new()) {
-                            Take::Nothing => notified.await,
-                            other => {
-                                return matches!(
-                                    other,
-                                    Take::Records {
-                                        after: 1,
-                                        more: false
-                                    }
-                                )
-                            }
-                        }
-                    }
-                })
-            })
-            .collect();
-        tokio::task::yield_now().await;
-        let mut w = world();
-        let hub2 = hub.clone();
-        std::thread::spawn(move || run(&hub2, &mut w, 1))
-            .join()
-            .unwrap();
-        for t in waiters {
-            assert!(tokio::time::timeout(std::time::Duration::from_secs(30), t)
-                .await
-                .expect("woken")
-                .unwrap());
-        }
-        hub.end(End {
-            reason: ostm_protocol::wire::EndReason::Finished,
-            text: String::new(),
-            host_step: 1,
-        });
-        tokio::time::timeout(std::time::Duration::from_secs(30), fan)
-            .await
-            .expect("the fan-out ends with the stream")
-            .unwrap();
     }
 }

@@ -16,6 +16,8 @@
 mod cert;
 mod conn;
 mod direct;
+mod fan_out;
+mod framing;
 mod hub;
 mod metrics;
 mod metrics_http;

@@ -3,6 +3,7 @@
 //! ends every viewer's stream with a reason when the steps are done or on Ctrl-C.
 
 use crate::conn::{self, ConnConfig};
+use crate::fan_out::FanOut;
 use crate::hub::{Hub, Limits};
 use crate::pending::Pending;
 use crate::source::{Source, DEFAULT_SETUP};
@@ -512,10 +513,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     };
     // Write each publish to the caught-up connections (each task its share) and wake the
     // others.
+    let fan_out = Arc::new(FanOut::new());
     let fan_outs: Vec<_> = (0..crate::hub::FAN_OUTS)
         .map(|part| {
-            let hub = hub.clone();
-            tokio::spawn(async move { hub.fan_out(part).await })
+            let (hub, fan_out) = (hub.clone(), fan_out.clone());
+            tokio::spawn(async move { fan_out.run(&hub, part).await })
         })
         .collect();
     // The stepping loop on a thread of its own, named so that its CPU time can be told
@@ -574,7 +576,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
                     if shed > 0 {
                         hub.counters.shed.fetch_add(shed, Ordering::Relaxed);
                     }
-                    conns.spawn(conn::serve(stream, peer, hub.clone(), cfg.clone(), place, slots.clone()));
+                    conns.spawn(conn::serve(stream, peer, hub.clone(), fan_out.clone(), cfg.clone(), place, slots.clone()));
                 }
                 Err(e) => {
                     warn!("accept failed: {e}");
