@@ -4,6 +4,8 @@
 //! - [`network`]: the reader: connection, handshake, reading into the spool, heartbeats,
 //!   reconnection.
 //! - [`nats`]: the reader for a session on NATS JetStream.
+//! - [`shared`]: what the readers and the verifier share (counters, the stop flag, how a
+//!   connection ended).
 //! - [`spool`]: the queue between reader and verifier, spilling to disk.
 //! - [`tls`]: the viewer's TLS options and set-up.
 //! - [`session`]: the verifier, fed by the spool: verify, record, report.
@@ -16,6 +18,7 @@ pub mod nats;
 pub mod network;
 pub mod record;
 pub mod session;
+pub mod shared;
 pub mod spool;
 pub mod tls;
 pub mod trail;

@@ -8,7 +8,7 @@
 //! and the byte offset; a record already seen (a duplicate delivery) is skipped by its
 //! step number; a record past the next step is a gap, closed by the next keyframe.
 
-use super::network::{Ended, Shared};
+use super::shared::{Ended, Shared};
 use super::spool::{Item, Spool};
 use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
 use futures::StreamExt;

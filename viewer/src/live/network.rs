@@ -3,6 +3,7 @@
 //! is doing. It sends the viewer's heartbeats and drift requests, and, with `--reconnect`,
 //! connects again after a lost connection (docs/protocol.md, "Reconnecting").
 
+use super::shared::{Ended, Shared, DRIFT_REPLY_TIMEOUT, HOST_CLOSED, NATS_READER_STOPPED};
 use super::spool::{Item, Spool};
 use super::tls::{explain, Tls};
 use super::watermark::{self, Watermark};
@@ -14,7 +15,7 @@ use ostm_protocol::wire::{
 };
 use ostm_protocol::World;
 use ostm_runtime::WireError;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
@@ -59,42 +60,6 @@ pub struct Dial {
     pub tls: Option<Tls>,
 }
 
-/// What the reader and the verifier share.
-#[derive(Debug, Default)]
-pub struct Shared {
-    /// The latest host step heard of.
-    pub host_step: AtomicU64,
-    /// The viewer's verified step, for its heartbeats.
-    pub viewer_step: AtomicU64,
-    /// Ctrl-C or SIGTERM, or a view asking to stop ([`Interrupt`]).
-    pub interrupted: Interrupt,
-    /// Connections made so far (the current one's number).
-    pub connection: AtomicU64,
-}
-
-/// Stops a session as Ctrl-C or SIGTERM does. A view sets it: a terminal in raw mode
-/// delivers Ctrl-C as a key, not as a signal. Clones share one flag.
-#[derive(Debug, Clone, Default)]
-pub struct Interrupt(Arc<AtomicBool>);
-
-impl Interrupt {
-    /// Asks the session to stop: it ends as interrupted ([`super::session::Stop::Interrupted`]).
-    pub fn interrupt(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether a stop was asked for.
-    pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// Why a drift request on TCP gets no answer once the connection has ended.
-pub const HOST_CLOSED: &str = "the host has closed the connection; it cannot be asked any more";
-/// Why a drift request through NATS gets no answer once the reader has stopped.
-pub const NATS_READER_STOPPED: &str =
-    "the viewer's NATS reader has stopped; the host cannot be asked through it any more";
-
 /// The reader's thread and what the verifier uses to reach the host.
 pub struct Network {
     thread: Option<std::thread::JoinHandle<()>>,
@@ -122,7 +87,7 @@ impl Network {
         let (gone, reply_wait) = if nats.is_some() {
             (NATS_READER_STOPPED, super::nats::DRIFT_WAIT)
         } else {
-            (HOST_CLOSED, super::session::DRIFT_REPLY_TIMEOUT)
+            (HOST_CLOSED, DRIFT_REPLY_TIMEOUT)
         };
         let cancel = CancellationToken::new();
         let (to_host, from_verifier) = mpsc::unbounded_channel();
@@ -254,17 +219,6 @@ enum Refused {
     Unreachable(String),
     /// The host answered and refused, or spoke another protocol: final.
     Final(String),
-}
-
-/// How one connection's stream ended.
-pub enum Ended {
-    Cancelled,
-    /// The host's end message (already in the spool).
-    End(End),
-    /// Lost: the reason.
-    Lost(String),
-    /// A protocol error: final.
-    Broken(String),
 }
 
 struct Reader {

@@ -5,9 +5,10 @@
 //! [`Item`]s (docs/protocol.md, "The viewer's reader and verifier").
 
 use super::drift::{on_drift, DriftReport, Evidence};
-pub use super::network::Interrupt;
-use super::network::{self, Dial, Network, Shared};
+use super::network::{self, Dial, Network};
 use super::record::{Recording, Written};
+pub use super::shared::Interrupt;
+use super::shared::{Shared, DRIFT_REPLY_TIMEOUT};
 use super::spool::{Backlog, Item, Spool};
 use super::trail::Trail;
 use ostm_protocol::format::recording::{check_target, Durability};
@@ -22,8 +23,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::debug;
 
-/// How long to wait for the host's answer to a drift request.
-pub const DRIFT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the status is reported (and the recording flushed when no step comes).
 const STATUS_EVERY: Duration = Duration::from_millis(250);
 /// Items the verifier takes from the spool at once, at most.
