@@ -36,7 +36,8 @@ use std::process::ExitCode;
 ///
 /// Exit codes: 0 the stream ended cleanly (steps done, replay done, or Ctrl-C or SIGTERM),
 /// 2 bad arguments or a failure. Logs go to stderr (info by default: viewers attaching and
-/// leaving); set RUST_LOG (e.g. RUST_LOG=warn or RUST_LOG=debug).
+/// leaving); set RUST_LOG (e.g. RUST_LOG=warn or RUST_LOG=debug), and --log-format json for
+/// one JSON object per line.
 #[derive(Parser)]
 #[command(name = "ostm-host", version, about, long_about = None)]
 #[command(after_help = "Examples:
@@ -49,6 +50,8 @@ See `ostm-host serve --help` for every option and example.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: ostm_runtime::logging::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -62,8 +65,8 @@ enum Command {
 fn main() -> ExitCode {
     // `info` by default, so an operator sees each viewer attach and leave; colour only
     // when stderr is a terminal, so a log written to a file holds no escape codes.
-    ostm_runtime::logging::init("info", std::io::stderr);
     let cli = Cli::parse();
+    ostm_runtime::logging::init("info", cli.log.log_format, std::io::stderr);
     match cli.command {
         Command::Serve(args) => serve::main(*args),
         Command::Cert(args) => cert::main(args),

@@ -17,7 +17,8 @@ use std::process::ExitCode;
 /// Watch, record and check deterministic test-module worlds.
 ///
 /// Exit codes, for every command: 0 ok, 1 a difference or drift was found,
-/// 2 bad input or failure. Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug).
+/// 2 bad input or failure. Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug), and
+/// --log-format json for one JSON object per line.
 #[derive(Parser)]
 #[command(name = "ostm-viewer", version, about, long_about = None)]
 #[command(after_help = "Examples:
@@ -32,6 +33,8 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: ostm_runtime::logging::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -73,8 +76,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    cmd::init_logging();
     let cli = Cli::parse();
+    cmd::init_logging(cli.log.log_format);
     let exit: Exit = match cli.command {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Verify(a) => cmd::verify::run(a),

@@ -33,9 +33,9 @@ pub fn report(json: bool, doc: serde_json::Value, line: impl FnOnce() -> String)
 /// [`crate::render::png`]).
 pub const DEFAULT_LOG: &str = "warn,usvg=error";
 
-/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default [`DEFAULT_LOG`]);
+/// Logs to stderr through `tracing` (text or JSON: `--log-format`), filtered by `RUST_LOG` (default [`DEFAULT_LOG`]);
 /// colours only when stderr is a terminal, so redirected logs hold no escape codes; held
 /// while the terminal view has the screen ([`crate::tui::logs`]).
-pub fn init_logging() {
-    ostm_runtime::logging::init(DEFAULT_LOG, crate::tui::logs::Stderr);
+pub fn init_logging(format: ostm_runtime::logging::LogFormat) {
+    ostm_runtime::logging::init(DEFAULT_LOG, format, crate::tui::logs::Stderr);
 }
