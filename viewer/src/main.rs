@@ -28,6 +28,7 @@ use std::process::ExitCode;
   ostm-viewer watch 127.0.0.1:7878             # prints a URL: open it in a browser
   ostm-viewer recover session.ostm.part
   ostm-viewer check 127.0.0.1:7878 --steps 600
+  ostm-viewer sessions nats://127.0.0.1:4222   # the sessions a NATS server holds
   ostm-viewer render testdata/test-field-2d.ostm --step 300 -o frame.png
   ostm-viewer follow testdata/test-link-left.ostm testdata/test-link-right.ostm --body 3")]
 struct Cli {
@@ -73,6 +74,8 @@ enum Command {
     Index(cmd::index::Args),
     /// Reach a step from the nearest indexed keyframe.
     Seek(cmd::seek::Args),
+    /// List the sessions a NATS server holds: world, host step, rate, oldest step, last keyframe, ended.
+    Sessions(cmd::sessions::Args),
 }
 
 fn main() -> ExitCode {
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Command::Keyframe(a) => cmd::keyframe::run(a),
         Command::Index(a) => cmd::index::run(a),
         Command::Seek(a) => cmd::seek::run(a),
+        Command::Sessions(a) => cmd::sessions::run(a),
     };
     exit.into()
 }

@@ -142,15 +142,17 @@ fn every_command_that_reports_takes_json_with_snake_case_keys() {
         }
         covered.push(cmd);
     }
-    // The live commands (attach, check) are run against a host in the live tests, and
-    // watch, which serves until stopped, in watch_server.rs; here their help must offer
-    // --json like every other command.
+    // The live commands (attach, check) are run against a host in the live tests,
+    // sessions against a NATS server in nats_sessions.rs, and watch, which serves until
+    // stopped, in watch_server.rs; here their help must offer --json like every other
+    // command.
     for cmd in subcommands() {
         let help = viewer(&[&cmd, "--help"]).stdout;
         if !help.contains("--json") {
             problems.push(format!("{cmd} has no --json"));
         }
-        if !covered.contains(&cmd.as_str()) && !["attach", "check", "watch"].contains(&cmd.as_str())
+        if !covered.contains(&cmd.as_str())
+            && !["attach", "check", "watch", "sessions"].contains(&cmd.as_str())
         {
             problems.push(format!("{cmd}: not run with --json by this test"));
         }

@@ -14,6 +14,7 @@ pub mod recover;
 pub mod render;
 pub mod replay;
 pub mod seek;
+pub mod sessions;
 pub mod trace;
 pub mod verify;
 pub mod watch;

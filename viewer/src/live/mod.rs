@@ -9,6 +9,7 @@
 //! - [`spool`]: the queue between reader and verifier, spilling to disk.
 //! - [`tls`]: the viewer's TLS options and set-up.
 //! - [`session`]: the verifier, fed by the spool: verify, record, report.
+//! - [`sessions`]: what a NATS server holds of ostm sessions (`sessions`).
 //! - [`drift`]: the drift report (the one place drift is handled).
 //! - [`record`]: a recording that continues in a new numbered file across a resync.
 //! - [`watermark`]: the reader's receive low-water mark for a fast host.
@@ -18,6 +19,7 @@ pub mod nats;
 pub mod network;
 pub mod record;
 pub mod session;
+pub mod sessions;
 pub mod shared;
 pub mod spool;
 pub mod tls;

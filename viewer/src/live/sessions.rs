@@ -1,0 +1,181 @@
+//! What a NATS server holds of ostm sessions (`ostm-viewer sessions`, docs/fan-out.md
+//! "Sessions on a server"): each stream `OSTM_NAME`, read through its first and last
+//! messages and its keyframes, never through a consumer (listing changes nothing).
+
+use futures::StreamExt;
+use ostm_protocol::wire::nats::{self as wire, Session, COUNT_HEADER, RATE_HEADER, STEP_HEADER};
+use ostm_protocol::World;
+use ostm_runtime::cli::NatsAuthArgs;
+
+/// One session on the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listed {
+    pub session: String,
+    pub stream: String,
+    /// The world of the last keyframe.
+    pub world: Option<WorldLine>,
+    /// The host's step: after the last record, at the last keyframe, or the end's.
+    pub host_step: Option<u64>,
+    /// The host's steps per second (the last keyframe's `Ostm-Rate`; 0: as fast as it can).
+    pub rate: Option<u32>,
+    /// The step of the oldest message the stream still holds.
+    pub oldest_step: Option<u64>,
+    /// The step of the oldest keyframe it still holds: as far back as `--from-step` goes.
+    pub oldest_keyframe: Option<u64>,
+    pub last_keyframe_step: Option<u64>,
+    /// Milliseconds since the server stored the last keyframe.
+    pub last_keyframe_age_ms: Option<u64>,
+    /// The end's reason and text, when the last message is the end.
+    pub ended: Option<(String, String)>,
+    pub messages: u64,
+    pub bytes: u64,
+    /// What could not be read, if anything (a malformed message, a missing header).
+    pub problem: Option<String>,
+}
+
+/// A world as the listing shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorldLine {
+    pub dims: u8,
+    /// Body slots.
+    pub bodies: usize,
+    pub alive: usize,
+    pub seed: u32,
+}
+
+impl WorldLine {
+    fn of(w: &World) -> WorldLine {
+        let s = w.setup();
+        WorldLine {
+            dims: s.dims as u8,
+            bodies: w.bodies.len(),
+            alive: w.alive_count(),
+            seed: s.seed,
+        }
+    }
+}
+
+/// Lists the sessions on the server at `url` (`nats://HOST:PORT`), by name.
+///
+/// # Errors
+/// The server cannot be reached or has no JetStream: a sentence naming it.
+pub async fn list(url: &str, auth: &NatsAuthArgs) -> Result<Vec<Listed>, String> {
+    let client = auth
+        .connect_options()
+        .await?
+        .connect(url)
+        .await
+        .map_err(|e| format!("cannot connect to NATS at {url}: {e}"))?;
+    let js = async_nats::jetstream::new(client);
+    let mut infos = Vec::new();
+    let mut streams = js.streams();
+    while let Some(info) = streams.next().await {
+        let info = info.map_err(|e| format!("cannot list the streams of {url}: {e}"))?;
+        if let Some(session) = Session::of_stream(&info.config.name) {
+            infos.push((session, info));
+        }
+    }
+    let mut out = Vec::new();
+    for (session, info) in infos {
+        out.push(one(&js, &session, &info).await);
+    }
+    out.sort_by(|a, b| a.session.cmp(&b.session));
+    Ok(out)
+}
+
+/// What a stream holds of its session; a message that cannot be read is the `problem`.
+async fn one(
+    js: &async_nats::jetstream::Context,
+    session: &Session,
+    info: &async_nats::jetstream::stream::Info,
+) -> Listed {
+    let mut l = Listed {
+        session: session.name().to_string(),
+        stream: session.stream(),
+        messages: info.state.messages,
+        bytes: info.state.bytes,
+        ..Listed::default()
+    };
+    if info.state.messages == 0 {
+        return l;
+    }
+    if let Err(e) = read(js, session, info, &mut l).await {
+        l.problem = Some(e);
+    }
+    l
+}
+
+async fn read(
+    js: &async_nats::jetstream::Context,
+    session: &Session,
+    info: &async_nats::jetstream::stream::Info,
+    l: &mut Listed,
+) -> Result<(), String> {
+    let stream = js
+        .get_stream_no_info(session.stream())
+        .await
+        .map_err(|e| e.to_string())?;
+    let (first, last) = (info.state.first_sequence, info.state.last_sequence);
+    let place = |subject: &str, seq: u64| {
+        format!(
+            "{}: subject {subject}, stream sequence {seq}",
+            session.stream()
+        )
+    };
+    let m = stream
+        .get_raw_message(first)
+        .await
+        .map_err(|e| format!("cannot read stream sequence {first}: {e}"))?;
+    l.oldest_step = Some(step(&m.headers, &place(&m.subject, m.sequence))?);
+    let m = stream
+        .get_raw_message(last)
+        .await
+        .map_err(|e| format!("cannot read stream sequence {last}: {e}"))?;
+    let at = place(&m.subject, m.sequence);
+    let s = step(&m.headers, &at)?;
+    l.host_step = Some(match session.leaf(&m.subject) {
+        wire::Leaf::Records => s.saturating_add(header(&m.headers, COUNT_HEADER, &at)?),
+        wire::Leaf::End => {
+            let end = wire::end(&at, &m.payload).map_err(|e| e.to_string())?;
+            l.ended = Some((end.reason.name().to_string(), end.text));
+            end.host_step
+        }
+        _ => s,
+    });
+    let keys = session.keyframes();
+    let Ok(k) = stream.get_last_raw_message_by_subject(&keys).await else {
+        // No keyframe held (yet): the rest stays unknown.
+        return Ok(());
+    };
+    let at = place(&k.subject, k.sequence);
+    let world = wire::keyframe(&at, &k.payload).map_err(|e| e.to_string())?;
+    l.world = Some(WorldLine::of(&world));
+    l.last_keyframe_step = Some(world.step);
+    l.rate = Some(u32::try_from(header(&k.headers, RATE_HEADER, &at)?).unwrap_or(u32::MAX));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    l.last_keyframe_age_ms =
+        Some(((now - k.time.unix_timestamp_nanos()).max(0) / 1_000_000) as u64);
+    let o = stream
+        .get_first_raw_message_by_subject(&keys, first)
+        .await
+        .map_err(|e| format!("cannot read the oldest keyframe: {e}"))?;
+    l.oldest_keyframe = Some(step(&o.headers, &place(&o.subject, o.sequence))?);
+    Ok(())
+}
+
+/// A message's `Ostm-Step`.
+fn step(headers: &async_nats::HeaderMap, place: &str) -> Result<u64, String> {
+    header(headers, STEP_HEADER, place)
+}
+
+/// A decimal header of a message.
+fn header(headers: &async_nats::HeaderMap, name: &str, place: &str) -> Result<u64, String> {
+    let v = headers
+        .get(name)
+        .ok_or_else(|| format!("{place}: expected a header {name}, found none"))?;
+    v.as_str()
+        .parse()
+        .map_err(|_| format!("{place}: expected a decimal {name}, found `{}`", v.as_str()))
+}
