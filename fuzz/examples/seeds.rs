@@ -79,12 +79,17 @@ fn journal(r: &Replay) -> Vec<u8> {
     let mut head = Replay::new(r.setup, r.link);
     head.start = r.start.clone();
     head.hashes = Some(vec![rows[0]]);
-    let mut out = b"OSTMPART".to_vec();
+    let mut out = b"OSTMPAR2".to_vec();
     out.extend_from_slice(&head.to_bytes());
+    let check = ostm_protocol::format::recording::journal::header_check(&out);
+    out.extend_from_slice(&check.to_le_bytes());
     for (i, input) in r.inputs.iter().enumerate() {
-        out.extend_from_slice(&(input.len() as u16).to_le_bytes());
-        out.extend_from_slice(input);
-        out.extend_from_slice(&rows[i + 1].to_le_bytes());
+        let mut rec = (input.len() as u16).to_le_bytes().to_vec();
+        rec.extend_from_slice(input);
+        rec.extend_from_slice(&rows[i + 1].to_le_bytes());
+        let rc = ostm_protocol::format::recording::journal::record_check(check, &rec);
+        out.extend_from_slice(&rec);
+        out.extend_from_slice(&rc.to_le_bytes());
     }
     out
 }

@@ -565,13 +565,39 @@ pub fn seek(data: &[u8]) {
 }
 
 /// What `assemble` should make of an in-progress file, worked out from
-/// docs/replay-format.md ("The in-progress file", "Assembling") alone.
+/// docs/replay-format.md ("The in-progress file", "Reading the records", "Assembling")
+/// alone.
 struct Expected {
     bytes: Vec<u8>,
     start_step: u64,
     steps: u32,
-    /// The offset of the first record not kept, and the first words of why.
-    dropped: Option<(u64, &'static str)>,
+    /// The offset of the first record not kept, the first words of why, and its kind.
+    dropped: Option<(u64, &'static str, &'static str)>,
+}
+
+/// The header check: XXH3-64, seed 0 (the protocol's XXH3, which other targets test).
+fn header_check(bytes: &[u8]) -> u64 {
+    ostm_protocol::sim::world::xxh3_64(bytes)
+}
+
+/// A record check: the low 32 bits of XXH3-64 seeded with the header check.
+fn record_check(check: u64, bytes: &[u8]) -> u32 {
+    ostm_protocol::format::recording::journal::record_check(check, bytes)
+}
+
+/// Whether a whole record (all its bytes there, its check holds, its input decodes)
+/// starts at `at`.
+fn whole_at(name: &str, data: &[u8], at: usize, check: u64) -> bool {
+    let Some(&[a, b]) = data.get(at..at + 2) else {
+        return false;
+    };
+    let n = u16::from_le_bytes([a, b]) as usize;
+    let Some(stored) = data.get(at + 2 + n + 8..at + 2 + n + 12) else {
+        return false;
+    };
+    let stored = u32::from_le_bytes(stored.try_into().expect("4 bytes"));
+    record_check(check, &data[at..at + 2 + n + 8]) == stored
+        && decode_input(name, &data[at + 2..at + 2 + n], 0).is_ok()
 }
 
 fn expected_assembly(name: &str, data: &[u8], verify: bool) -> Result<Expected, FormatError> {
@@ -585,51 +611,72 @@ fn expected_assembly(name: &str, data: &[u8], verify: bool) -> Result<Expected, 
     if header.flags & FLAG_HASHES == 0 {
         return Err(c.error_at(14, "flag bit 0 always set"));
     }
+    let count_at = if header.link.is_some() { 22 } else { 18 };
+    if header.steps != 0 {
+        return Err(c.error_at(8 + count_at as u64, "step count 0"));
+    }
     let h = (c.offset() - 8) as usize;
     let row0 = c.u64("hash row 0")?;
+    let check = c.u64("header check")?;
+    if header_check(&data[..16 + h]) != check {
+        return Err(c.error_at(16 + h as u64, "the header check"));
+    }
     let mut world = start_world(header.setup, header.link, header.start.as_ref());
     if verify && world.hash() != row0 {
         return Err(c.error_at(8 + h as u64, "hash row 0"));
     }
-    let mut at = 16 + h;
+    let mut at = 24 + h;
     let mut rows = vec![row0];
     let mut inputs = Vec::new();
     let mut dropped = None;
     while at < data.len() {
         let rest = &data[at..];
-        if rest.len() < 2 {
-            dropped = Some((at as u64, "a torn last record"));
+        let n = rest
+            .get(..2)
+            .map(|l| u16::from_le_bytes([l[0], l[1]]) as usize);
+        let whole = n.is_some_and(|n| {
+            rest.len() >= 2 + n + 12
+                && record_check(check, &rest[..2 + n + 8])
+                    == u32::from_le_bytes(rest[2 + n + 8..2 + n + 12].try_into().expect("4"))
+        });
+        let (Some(n), true) = (n, whole) else {
+            let torn = rest.len() < 2 || n.is_some_and(|n| rest.len() < 2 + n + 12);
+            let why = if torn {
+                "a torn last record"
+            } else {
+                "the check of the record of step"
+            };
+            let kind = if (at + 1..data.len()).any(|c| whole_at(name, data, c, check)) {
+                "corruption"
+            } else {
+                "torn_tail"
+            };
+            dropped = Some((at as u64, why, kind));
             break;
-        }
-        let n = u16::from_le_bytes([rest[0], rest[1]]) as usize;
-        if rest.len() < 2 + n + 8 {
-            dropped = Some((at as u64, "a torn last record"));
-            break;
-        }
+        };
         if rows.len() - 1 == MAX_STEPS as usize {
-            dropped = Some((at as u64, "a replay holds at most"));
+            dropped = Some((at as u64, "a replay holds at most", "refused"));
             break;
         }
         let input = &rest[2..2 + n];
         let hash = u64::from_le_bytes(rest[2 + n..2 + n + 8].try_into().expect("8 bytes"));
         let Ok(ops) = decode_input(name, input, at as u64 + 2) else {
-            dropped = Some((at as u64, "the input of step"));
+            dropped = Some((at as u64, "the input of step", "refused"));
             break;
         };
         if verify {
             world.step(&ops);
             if world.hash() != hash {
-                dropped = Some((at as u64, "the hash row of step"));
+                dropped = Some((at as u64, "the hash row of step", "not_reproduced"));
                 break;
             }
         }
         rows.push(hash);
         inputs.push(input);
-        at += 2 + n + 8;
+        at += 2 + n + 12;
     }
     let steps = inputs.len() as u32;
     let mut bytes = data[8..8 + h].to_vec();
-    let count_at = if header.link.is_some() { 22 } else { 18 };
     bytes[count_at..count_at + 4].copy_from_slice(&steps.to_le_bytes());
     for r in &rows {
         bytes.extend_from_slice(&r.to_le_bytes());
@@ -646,6 +693,31 @@ fn expected_assembly(name: &str, data: &[u8], verify: bool) -> Result<Expected, 
     })
 }
 
+/// The fuzzer's in-progress file with its header check and every record check it can
+/// find made right (records walked by their lengths from where the header ends), so that
+/// mutations reach the records and the replay rather than stopping at a check.
+fn with_checks_made_right(name: &str, data: &[u8]) -> Option<Vec<u8>> {
+    let mut c = Cursor::new(name, data.get(8..)?, 8);
+    Header::read(name, &mut c).ok()?;
+    let h = (c.offset() - 8) as usize;
+    let mut out = data.to_vec();
+    let head = out.get(..16 + h)?.to_vec();
+    let check = header_check(&head);
+    out.get_mut(16 + h..24 + h)?
+        .copy_from_slice(&check.to_le_bytes());
+    let mut at = 24 + h;
+    while let Some(&[a, b]) = out.get(at..at + 2) {
+        let n = u16::from_le_bytes([a, b]) as usize;
+        if out.len() < at + 2 + n + 12 {
+            break;
+        }
+        let rc = record_check(check, &out[at..at + 2 + n + 8]);
+        out[at + 2 + n + 8..at + 2 + n + 12].copy_from_slice(&rc.to_le_bytes());
+        at += 2 + n + 12;
+    }
+    Some(out)
+}
+
 /// `recording::assemble` on the fuzzer's bytes as an in-progress file (`X.part`), with and
 /// without `verify`. It must make exactly the replay the docs describe (the header with
 /// its step count set, row 0 and the kept records' rows, then their inputs), keeping the
@@ -653,6 +725,16 @@ fn expected_assembly(name: &str, data: &[u8], verify: bool) -> Result<Expected, 
 /// must read back, write back byte for byte, and, verified, verify; a refusal is the
 /// header's, at the same offset.
 pub fn journal(data: &[u8]) {
+    let part = scratch_file("rec.ostm.part");
+    let pname = part.display().to_string();
+    journal_as_is(data);
+    // The same bytes with their checks made right: mutations reach the records.
+    if let Some(fixed) = with_checks_made_right(&pname, data) {
+        journal_as_is(&fixed);
+    }
+}
+
+fn journal_as_is(data: &[u8]) {
     let part = scratch_file("rec.ostm.part");
     let out = scratch_file("rec.ostm");
     std::fs::write(&part, data).expect("write the in-progress file");
@@ -677,10 +759,11 @@ pub fn journal(data: &[u8]) {
                 assert_eq!((start_step, steps), (want.start_step, want.steps));
                 match (&dropped, want.dropped) {
                     (None, None) => {}
-                    (Some(d), Some((offset, why))) => {
+                    (Some(d), Some((offset, why, kind))) => {
                         assert_eq!(d.offset, offset, "dropped from {}", d.why);
                         assert_eq!(d.bytes, data.len() as u64 - offset);
                         assert!(d.why.starts_with(why), "{} should start {why:?}", d.why);
+                        assert_eq!(d.kind.name(), kind, "{}", d.why);
                     }
                     (d, w) => panic!("assemble dropped {d:?}, the docs say {w:?}"),
                 }

@@ -63,6 +63,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    ignore_file_size_signal();
     // `info` by default, so an operator sees each viewer attach and leave; colour only
     // when stderr is a terminal, so a log written to a file holds no escape codes.
     let cli = Cli::parse();
@@ -70,5 +71,16 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve::main(*args),
         Command::Cert(args) => cert::main(args),
+    }
+}
+
+/// A file-size limit (`ulimit -f`, `prlimit --fsize`) must not kill the process without a
+/// word: with SIGXFSZ ignored, a write past the limit fails with EFBIG, which is reported
+/// like any failed write (naming the file, and `recover` for a recording).
+fn ignore_file_size_signal() {
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler of ours and
+    // touches no memory; it is done before any other thread starts.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
 }

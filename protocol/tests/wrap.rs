@@ -201,14 +201,25 @@ fn a_bundle_and_a_recovered_recording_keep_the_wrapped_steps() {
     let inputs: usize = r.inputs.iter().map(|i| 2 + i.len()).sum();
     let mut header = bytes[..bytes.len() - rows.len() * 8 - inputs].to_vec();
     header[22..26].copy_from_slice(&0u32.to_le_bytes());
-    let mut part = b"OSTMPART".to_vec();
-    part.extend_from_slice(&header);
-    part.extend_from_slice(&rows[0].to_le_bytes());
-    for (i, input) in r.inputs.iter().enumerate() {
-        part.extend_from_slice(&(input.len() as u16).to_le_bytes());
-        part.extend_from_slice(input);
-        part.extend_from_slice(&rows[i + 1].to_le_bytes());
-    }
+    // The in-progress layout (docs/replay-format.md): magic, header, row 0, header check,
+    // then per step the length, input, row and the record's check.
+    let in_progress = |rows: &[u64]| {
+        use ostm_protocol::format::recording::journal::{header_check, record_check};
+        let mut part = b"OSTMPAR2".to_vec();
+        part.extend_from_slice(&header);
+        part.extend_from_slice(&rows[0].to_le_bytes());
+        let check = header_check(&part);
+        part.extend_from_slice(&check.to_le_bytes());
+        for (i, input) in r.inputs.iter().enumerate() {
+            let mut rec = (input.len() as u16).to_le_bytes().to_vec();
+            rec.extend_from_slice(input);
+            rec.extend_from_slice(&rows[i + 1].to_le_bytes());
+            part.extend_from_slice(&rec);
+            part.extend_from_slice(&record_check(check, &rec).to_le_bytes());
+        }
+        part
+    };
+    let part = in_progress(rows);
     let journal = dir.path().join("rec.ostm.part");
     std::fs::write(&journal, &part).expect("write");
     let out = dir.path().join("rec.ostm");
@@ -220,9 +231,9 @@ fn a_bundle_and_a_recovered_recording_keep_the_wrapped_steps() {
     assert!(done.dropped.is_none());
     assert_eq!(std::fs::read(&out).expect("read"), bytes);
     // A row after the wrap that the run does not reproduce is dropped there, by its step.
-    let at = part.len() - 4 * (2 + 8) + 2;
-    part[at] ^= 1;
-    std::fs::write(&journal, &part).expect("write");
+    let mut changed = rows.clone();
+    changed[5] ^= 1;
+    std::fs::write(&journal, in_progress(&changed)).expect("write");
     let done = ostm_protocol::format::recording::assemble(&journal, &out, true).expect("assembles");
     assert_eq!(done.steps, 4);
     let why = done.dropped.expect("dropped").why;

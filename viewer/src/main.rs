@@ -79,6 +79,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    ignore_file_size_signal();
     let cli = Cli::parse();
     cmd::init_logging(cli.log.log_format);
     let exit: Exit = match cli.command {
@@ -102,4 +103,15 @@ fn main() -> ExitCode {
         Command::Sessions(a) => cmd::sessions::run(a),
     };
     exit.into()
+}
+
+/// A file-size limit (`ulimit -f`, `prlimit --fsize`) must not kill the process without a
+/// word: with SIGXFSZ ignored, a write past the limit fails with EFBIG, which is reported
+/// like any failed write (naming the file, and `recover` for a recording).
+fn ignore_file_size_signal() {
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler of ours and
+    // touches no memory; it is done before any other thread starts.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
 }

@@ -310,7 +310,7 @@ fn recover_reports_what_it_kept_and_dropped_and_refuses_what_holds_nothing() {
     let o = viewer(&["recover", part.to_str().unwrap()]);
     assert_eq!(code(&o), 2);
     // A .part whose header is cut: exit 2, why, at which offset.
-    std::fs::write(&part, b"OSTMPARTOSTM\x01\x00").unwrap();
+    std::fs::write(&part, b"OSTMPAR2OSTM\x01\x00").unwrap();
     let o = viewer(&["recover", part.to_str().unwrap(), "--force"]);
     assert_eq!(code(&o), 2);
     assert!(

@@ -521,6 +521,15 @@ pub fn finish(args: &Args, outcome: &Outcome, lines: Lines) -> Exit {
                 w.start_step
             ));
         }
+        for u in &outcome.unfinished {
+            out(&format!(
+                "left {} unfinished ({} steps from step {}): ostm-viewer recover {}",
+                u.part.display(),
+                u.steps,
+                u.start_step,
+                u.part.display()
+            ));
+        }
         if exit == Exit::Failure {
             eprintln!("error: {plain}");
         } else {
@@ -604,6 +613,7 @@ pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
         "backlog_peak": o.backlog_peak.records,
         "backlog_peak_on_disk": o.backlog_peak.on_disk,
         "files": o.files.iter().map(|w| serde_json::json!({"path": w.path.display().to_string(), "steps": w.steps, "start_step": w.start_step})).collect::<Vec<_>>(),
+        "unfinished": o.unfinished.iter().map(|u| serde_json::json!({"part": u.part.display().to_string(), "steps": u.steps, "start_step": u.start_step})).collect::<Vec<_>>(),
         "drift": match &o.stop { Stop::Drift(r) => r.to_json(), _ => serde_json::Value::Null },
         "host_step": o.host_step,
         "lag": o.host_step.saturating_sub(o.step),

@@ -3,7 +3,7 @@
 
 use crate::exit::Exit;
 use ostm_protocol::format::recording::journal::AssembleError;
-use ostm_protocol::format::recording::{assemble, journal_path, Assembled};
+use ostm_protocol::format::recording::{assemble, journal_path, Assembled, DropKind};
 use std::path::{Path, PathBuf};
 
 /// Arguments of `recover`.
@@ -18,17 +18,21 @@ use std::path::{Path, PathBuf};
 
 Each FILE is an in-progress recording (FILE.part, docs/replay-format.md \"The in-progress
 file\") or the recording it was to become (then FILE.part is read). The result is written
-beside it without the .part (atomically: FILE.part.tmp, then renamed) and holds the header,
-the start snapshot and every step whose input and hash row are whole, decode, and are
-reproduced by running the replay; a torn last record (or anything after the first step
-that fails) is dropped and reported with its offset. The .part file is removed once the
-result is written, unless --keep.
+beside it without the .part (atomically: FILE.part.tmp, then renamed; nothing is left of
+it when it cannot be written) and holds the header, the start snapshot and every step
+whose record is whole (its check holds), decodes, and is reproduced by running the
+replay. What follows is classified: a torn tail (the file ends inside a record, or what
+is there is damaged and no whole record follows: what a killed writer leaves) is dropped
+and the .part removed (unless --keep); damage followed by whole records (corruption), or
+a whole record that cannot be kept, is reported with its offset and the .part is kept.
 
 Exit codes:
-  0  every FILE was recovered (possibly to 0 steps)
-  2  a FILE holds nothing recoverable (its header, start snapshot or row 0 is cut short or
-     malformed: the message names the offset), cannot be read, or its result exists already
-     (--force overwrites it)")]
+  0  every FILE was recovered (possibly to 0 steps); anything dropped was a torn tail
+  1  a whole record's hash row is not reproduced by the replay (kept: the steps before it)
+  2  a FILE is corrupt (damage followed by whole records: the steps before the damage are
+     kept, the .part too), holds nothing recoverable (its header, start snapshot, row 0 or
+     header check is cut short, malformed or does not hold: the message names the offset),
+     cannot be read or written, or its result exists already (--force overwrites it)")]
 pub struct Args {
     /// In-progress recordings (FILE.part), or the recordings they were to become.
     #[arg(required = true)]
@@ -76,11 +80,29 @@ pub fn run(args: Args) -> Exit {
         };
         match result {
             Ok(a) => {
-                let removed = !args.keep && std::fs::remove_file(&journal).is_ok();
+                // Only a torn tail is what a crash leaves: anything else keeps the
+                // in-progress file, the evidence.
+                let removed = a.whole() && !args.keep && std::fs::remove_file(&journal).is_ok();
                 report(&args, &journal, &a, removed);
+                let this = match a.dropped.as_ref().map(|d| d.kind) {
+                    None | Some(DropKind::TornTail) => Exit::Ok,
+                    Some(DropKind::NotReproduced) => Exit::Different,
+                    Some(DropKind::Corruption { .. } | DropKind::Refused) => Exit::Failure,
+                };
+                if this != Exit::Ok {
+                    eprintln!(
+                        "error: {}: {} holds only the {} steps before offset {}; {} is kept",
+                        journal.display(),
+                        a.path.display(),
+                        a.steps,
+                        a.dropped.as_ref().map_or(0, |d| d.offset),
+                        journal.display()
+                    );
+                }
+                exit = worse(exit, this);
             }
             Err(e) => {
-                exit = Exit::Failure;
+                exit = worse(exit, Exit::Failure);
                 if args.json {
                     println!(
                         "{}",
@@ -94,12 +116,29 @@ pub fn run(args: Args) -> Exit {
     exit
 }
 
+/// The exit code that says more of two.
+fn worse(a: Exit, b: Exit) -> Exit {
+    let rank = |e: Exit| match e {
+        Exit::Ok => 0,
+        Exit::Different => 1,
+        Exit::Failure => 2,
+    };
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
+    }
+}
+
 fn report(args: &Args, journal: &Path, a: &Assembled, removed: bool) {
     if args.json {
-        let dropped = a
-            .dropped
-            .as_ref()
-            .map(|d| serde_json::json!({"offset": d.offset, "bytes": d.bytes, "why": d.why}));
+        let dropped = a.dropped.as_ref().map(|d| {
+            let mut o = serde_json::json!({"offset": d.offset, "bytes": d.bytes, "why": d.why, "kind": d.kind.name()});
+            if let DropKind::Corruption { resumes_at } = d.kind {
+                o["resumes_at"] = resumes_at.into();
+            }
+            o
+        });
         println!(
             "{}",
             serde_json::json!({
@@ -125,12 +164,30 @@ fn report(args: &Args, journal: &Path, a: &Assembled, removed: bool) {
     );
     match &a.dropped {
         None => println!("dropped nothing: the file ends after a whole record"),
-        Some(d) => println!(
-            "dropped {} bytes from offset {}: {}",
-            d.bytes, d.offset, d.why
-        ),
+        Some(d) => match d.kind {
+            DropKind::TornTail => println!(
+                "dropped {} bytes from offset {}: {}",
+                d.bytes, d.offset, d.why
+            ),
+            DropKind::Corruption { resumes_at } => println!(
+                "corruption at offset {}: {}; a whole record follows at offset {resumes_at}: not a torn tail",
+                d.offset, d.why
+            ),
+            DropKind::NotReproduced | DropKind::Refused => println!(
+                "not kept from offset {}: {} (the record is whole: not a torn tail)",
+                d.offset, d.why
+            ),
+        },
     }
     if removed {
         println!("removed {}", journal.display());
+    } else if let Some(d) = a.dropped.as_ref().filter(|_| !a.whole()) {
+        println!(
+            "kept {} ({} bytes from offset {} are not in {})",
+            journal.display(),
+            d.bytes,
+            d.offset,
+            a.path.display()
+        );
     }
 }

@@ -6,6 +6,10 @@
 //! `session.1.ostm`, `session.2.ostm`, … Each file starts from its own start snapshot
 //! (flag bit 1) and verifies on its own. While a file is being written it is
 //! `FILE.part` (crash-safe: see `ostm_protocol::format::recording`).
+//!
+//! A write that fails (a full disk, a file-size limit) breaks the recording: the error
+//! names the `FILE.part` it left, what that holds for sure and that `ostm-viewer recover`
+//! is next; nothing more is written to it, and the files finished before are kept.
 
 pub use ostm_protocol::format::recording::numbered;
 use ostm_protocol::format::recording::{Durability, Recorder};
@@ -23,13 +27,35 @@ pub struct Written {
     pub start_step: u64,
 }
 
+/// An in-progress file a failed write left, for `ostm-viewer recover`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    /// `FILE.part`.
+    pub part: PathBuf,
+    /// The step its start snapshot is at.
+    pub start_step: u64,
+    /// Steps it holds: whole records written before the failure.
+    pub steps: u32,
+}
+
+/// What finishing a recording gave: the files finished, the in-progress files left for
+/// `recover`, and why they were left.
+#[derive(Debug, Default)]
+pub struct Finished {
+    pub files: Vec<Written>,
+    pub unfinished: Vec<Unfinished>,
+    pub error: Option<String>,
+}
+
 /// The recording in progress.
 pub struct Recording {
     base: PathBuf,
     index: u32,
-    current: Recorder,
+    /// The file being written; `None` once a write failed.
+    current: Option<Recorder>,
     start_step: u64,
     done: Vec<Written>,
+    left: Vec<Unfinished>,
     durability: Durability,
 }
 
@@ -37,68 +63,143 @@ impl Recording {
     /// Starts recording at `world` (the probe snapshot) into `base`.
     ///
     /// # Errors
-    /// The file's sidecars cannot be created.
+    /// The in-progress file cannot be created (nothing is left of it).
     pub fn start(base: &Path, world: &World, durability: Durability) -> io::Result<Recording> {
         Ok(Recording {
             base: base.to_path_buf(),
             index: 0,
-            current: Recorder::create_with(base, world, true, durability)?,
+            current: Some(Recorder::create_with(base, world, true, durability)?),
             start_step: world.step,
             done: Vec::new(),
+            left: Vec::new(),
             durability,
         })
+    }
+
+    /// The current file's recorder, or why there is none.
+    fn current(&mut self) -> io::Result<&mut Recorder> {
+        self.current
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the recording stopped at a failed write"))
+    }
+
+    /// A failed write to the current file: the recording stops, leaving its `FILE.part`
+    /// for `recover`; the error says so.
+    fn broke(&mut self, e: io::Error) -> io::Error {
+        let Some(rec) = self.current.take() else {
+            return e;
+        };
+        let left = Unfinished {
+            part: rec.journal().to_path_buf(),
+            start_step: self.start_step,
+            steps: rec.flushed(),
+        };
+        let text = format!(
+            "{e}; it holds the steps {}..{} (the {} whole records written before the failure): `ostm-viewer recover {}` turns it into {}",
+            left.start_step,
+            left.start_step.wrapping_add(u64::from(left.steps)),
+            left.steps,
+            left.part.display(),
+            rec.path().display()
+        );
+        self.left.push(left);
+        // What is still in the recorder's buffer is not written (it could only add a torn
+        // record); the file stays as the failed write left it.
+        std::mem::forget(rec);
+        io::Error::new(e.kind(), text)
     }
 
     /// Records one verified step (buffered: the session's status tick flushes it).
     ///
     /// # Errors
-    /// A write fails.
+    /// A write fails: the error names the `FILE.part` left and what it holds.
     pub fn push(&mut self, input: &[u8], hash: u64) -> io::Result<()> {
-        self.current.push(input, hash)
+        match self.current()?.push(input, hash) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.broke(e)),
+        }
     }
 
     /// Flushes when a flush is due; the session calls it at every status tick (every
     /// 250 ms, whether steps come or not), before the status is reported.
     ///
     /// # Errors
-    /// A write fails.
+    /// A write fails: the error names the `FILE.part` left and what it holds.
     pub fn tick(&mut self) -> io::Result<()> {
-        self.current.flush_due(Instant::now()).map(|_| ())
+        match self.current()?.flush_due(Instant::now()) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.broke(e)),
+        }
     }
 
     /// Closes the current file at the gap and continues in the next numbered file from
     /// `world` (the resync snapshot); returns the new file's path.
     ///
     /// # Errors
-    /// Finishing the current file or starting the next fails.
+    /// Finishing the current file (it is then left as `FILE.part`, for `recover`) or
+    /// starting the next fails.
     pub fn resync(&mut self, world: &World) -> io::Result<PathBuf> {
+        self.close()?;
         self.index += 1;
         let next = numbered(&self.base, self.index);
-        let fresh = Recorder::create_with(&next, world, true, self.durability)?;
-        let old = std::mem::replace(&mut self.current, fresh);
-        let path = old.path().to_path_buf();
-        let steps = old.finish()?;
-        self.done.push(Written {
-            path,
-            steps,
-            start_step: self.start_step,
-        });
+        self.current = Some(Recorder::create_with(&next, world, true, self.durability)?);
         self.start_step = world.step;
         Ok(next)
     }
 
-    /// Finishes the current file; returns every file written, in order.
-    ///
-    /// # Errors
-    /// Finishing the current file fails.
-    pub fn finish(mut self) -> io::Result<Vec<Written>> {
-        let path = self.current.path().to_path_buf();
-        let steps = self.current.finish()?;
-        self.done.push(Written {
-            path,
-            steps,
-            start_step: self.start_step,
-        });
-        Ok(self.done)
+    /// Finishes the current file: every file written, in order; the in-progress files
+    /// left for `recover` and why.
+    pub fn finish(mut self) -> Finished {
+        let error = match self.current {
+            Some(_) => self.close().err().map(|e| e.to_string()),
+            None => None,
+        };
+        Finished {
+            files: self.done,
+            unfinished: self.left,
+            error,
+        }
+    }
+
+    /// Finishes the current file (it is then done), or leaves its `FILE.part` for
+    /// `recover` and says so.
+    fn close(&mut self) -> io::Result<()> {
+        // Every step reaches the in-progress file first, so that a failed assembly (a
+        // full disk) leaves a `FILE.part` with all of them.
+        self.current()?
+            .flush(Instant::now())
+            .map_err(|e| self.broke(e))?;
+        let Some(rec) = self.current.take() else {
+            return Ok(());
+        };
+        let (path, part, steps) = (
+            rec.path().to_path_buf(),
+            rec.journal().to_path_buf(),
+            rec.steps(),
+        );
+        match rec.finish() {
+            Ok(steps) => {
+                self.done.push(Written {
+                    path,
+                    steps,
+                    start_step: self.start_step,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                let text = format!(
+                    "{e}; {} is kept with all its {steps} steps: `ostm-viewer recover {}` turns it into {}",
+                    part.display(),
+                    part.display(),
+                    path.display()
+                );
+                self.left.push(Unfinished {
+                    part,
+                    start_step: self.start_step,
+                    steps,
+                });
+                Err(io::Error::new(e.kind(), text))
+            }
+        }
     }
 }

@@ -6,7 +6,7 @@
 
 use super::drift::{on_drift, DriftReport, Evidence};
 use super::network::{self, Dial, Network};
-use super::record::{Recording, Written};
+use super::record::{Recording, Unfinished, Written};
 pub use super::shared::Interrupt;
 use super::shared::{Shared, DRIFT_REPLY_TIMEOUT};
 use super::spool::{Backlog, Item, Spool};
@@ -142,6 +142,8 @@ pub struct Outcome {
     pub files: Vec<Written>,
     /// A recording failure, if finishing the files failed.
     pub record_error: Option<String>,
+    /// In-progress files a failed write left, for `ostm-viewer recover`.
+    pub unfinished: Vec<Unfinished>,
     /// The latest host step the viewer heard of (see [`Status::host_step`]).
     pub host_step: u64,
     /// Steps of `fields_at` whose fields were not reported, with why.
@@ -303,6 +305,7 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         gaps: Vec::new(),
         files: Vec::new(),
         record_error: None,
+        unfinished: Vec::new(),
         host_step: 0,
         fields_missed: Vec::new(),
         backlog_peak: Backlog::default(),
@@ -424,10 +427,12 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
             .map(|&s| (s, format!("not reached: the viewer stopped at step {end}"))),
     );
     if let Some(r) = st.recording {
-        match r.finish() {
-            Ok(files) => out.files = files,
-            Err(e) => out.record_error = Some(format!("cannot finish the recording: {e}")),
-        }
+        let done = r.finish();
+        out.files = done.files;
+        out.unfinished = done.unfinished;
+        out.record_error = done
+            .error
+            .map(|e| format!("cannot finish the recording: {e}"));
     }
     out
 }

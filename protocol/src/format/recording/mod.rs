@@ -4,14 +4,15 @@
 //! The `.ostm` layout puts the hash rows (one per step) before the inputs, and the step
 //! count before both, so the finished file cannot be written until the session ends. While
 //! it runs, the recorder appends to one **in-progress file**, `FILE.part`
-//! ([`journal`]: the finished file's header and start snapshot, row 0, then one record per
-//! step: input and hash row together). Its header is written and flushed when recording
-//! starts; the caller flushes the rest on its schedule ([`Recorder::flush_due`],
-//! [`FLUSH_EVERY`]). A process killed at any moment leaves a `FILE.part` that
-//! [`journal::assemble`] (`ostm-viewer recover`) turns into a valid `.ostm` holding every
-//! whole step it reached. A clean [`Recorder::finish`] assembles `FILE` from it (written
-//! to `FILE.part.tmp`, synced, renamed over `FILE`, so a finished file is always whole)
-//! and removes `FILE.part`.
+//! ([`journal`]: the finished file's header and start snapshot, row 0 and a check of
+//! them, then one record per step: input, hash row and the record's check). Its header is
+//! written and flushed when recording starts; the caller flushes the rest on its schedule
+//! ([`Recorder::flush_due`], [`FLUSH_EVERY`]). A process killed at any moment leaves a
+//! `FILE.part` that [`journal::assemble`] (`ostm-viewer recover`) turns into a valid
+//! `.ostm` holding every whole step it reached. A clean [`Recorder::finish`] assembles
+//! `FILE` from it (written to `FILE.part.tmp`, synced, renamed over `FILE`, so a finished
+//! file is always whole) and removes `FILE.part`. A write that fails (a full disk, a
+//! file-size limit) leaves `FILE.part` as it was for `recover`, and nothing else.
 
 pub mod journal;
 
@@ -19,11 +20,12 @@ use crate::format::ostm::{flags_for, write_header, MAX_STEPS};
 use crate::sim::link::Link;
 use crate::sim::world::{Setup, World};
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub use journal::{assemble, journal_path, Assembled, Dropped, JOURNAL_MAGIC};
+pub use journal::{assemble, journal_path, why_io, Assembled, DropKind, Dropped, JOURNAL_MAGIC};
+use journal::{MAX_RECORD, RECORD_OVERHEAD};
 
 /// The longest the recorder's buffer may hold written steps before [`Recorder::flush_due`]
 /// hands them to the operating system. The callers (viewer and host) call it on every
@@ -31,7 +33,8 @@ pub use journal::{assemble, journal_path, Assembled, Dropped, JOURNAL_MAGIC};
 /// about 0.5 s after it was recorded.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
 
-/// The recorder's buffer: large enough that flushing is what puts steps in the file.
+/// The recorder's buffer: large enough that flushing is what puts steps in the file. A
+/// fuller buffer is written out at once.
 const BUFFER_BYTES: usize = 64 * 1024;
 
 /// How a recorder puts its steps on disk.
@@ -51,7 +54,14 @@ pub struct Recorder {
     journal: PathBuf,
     setup: Setup,
     steps: u32,
-    out: BufWriter<File>,
+    /// Steps whose whole record the operating system has taken (written out).
+    flushed: u32,
+    /// The header check, the seed of every record's check.
+    check: u64,
+    file: File,
+    /// Records not yet written out: `steps - flushed` of them, the first possibly
+    /// without the bytes a failed write took.
+    buf: Vec<u8>,
     durability: Durability,
     /// Steps written since the last flush.
     unflushed: bool,
@@ -95,32 +105,47 @@ impl Recorder {
         // its header (docs/replay-format.md, "The in-progress file").
         let fresh = journal::fresh_path(path);
         let file = File::create(&fresh)?;
+        let (head, check) = journal::header_bytes(world, with_start_snapshot);
         let mut r = Recorder {
             path: path.to_path_buf(),
             journal,
             setup: world.setup(),
             steps: 0,
-            out: BufWriter::with_capacity(BUFFER_BYTES, file),
+            flushed: 0,
+            check,
+            file,
+            buf: Vec::with_capacity(BUFFER_BYTES + MAX_RECORD),
             durability,
-            unflushed: true,
+            unflushed: false,
             last_flush: None,
         };
-        let head = journal::header_bytes(world, with_start_snapshot);
-        r.out.write_all(&head)?;
-        if !durability.no_flush {
-            r.out.flush()?;
+        let started = (|| {
+            r.file.write_all(&head)?;
             if durability.sync {
-                r.out.get_ref().sync_all()?;
+                r.file.sync_all()?;
             }
+            std::fs::rename(&fresh, &r.journal)
+        })();
+        if let Err(e) = started {
+            // Nothing was recorded: no `.part.new` is left behind (a full disk, a limit).
+            let _ = std::fs::remove_file(&fresh);
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot write {}: {e}{}", fresh.display(), why_io(&e)),
+            ));
         }
-        std::fs::rename(&fresh, &r.journal)?;
-        r.unflushed = false;
         Ok(r)
     }
 
     /// Steps recorded so far.
     pub fn steps(&self) -> u32 {
         self.steps
+    }
+
+    /// Steps in the in-progress file: those whose whole record the operating system has
+    /// taken (after a failed write, the file may also hold the first bytes of the next).
+    pub fn flushed(&self) -> u32 {
+        self.flushed
     }
 
     /// The file being written (once finished).
@@ -149,12 +174,53 @@ impl Recorder {
         }
         let len = u16::try_from(input.len())
             .map_err(|_| io::Error::other("step input longer than 65535 bytes"))?;
-        self.out.write_all(&len.to_le_bytes())?;
-        self.out.write_all(input)?;
-        self.out.write_all(&hash_after.to_le_bytes())?;
+        let at = self.buf.len();
+        self.buf.extend_from_slice(&len.to_le_bytes());
+        self.buf.extend_from_slice(input);
+        self.buf.extend_from_slice(&hash_after.to_le_bytes());
+        let check = journal::record_check(self.check, &self.buf[at..]);
+        self.buf.extend_from_slice(&check.to_le_bytes());
         self.steps += 1;
         self.unflushed = true;
+        if self.buf.len() >= BUFFER_BYTES {
+            self.write_out()?;
+        }
         Ok(())
+    }
+
+    /// Writes the buffer out. On failure the bytes the file took leave the buffer and
+    /// the whole records among them are counted as written, so [`Recorder::flushed`] is
+    /// what the file holds, and a later write continues exactly where the file ends.
+    fn write_out(&mut self) -> io::Result<()> {
+        let mut done = 0;
+        while done < self.buf.len() {
+            match self.file.write(&self.buf[done..]) {
+                Ok(0) => {
+                    return Err(self.write_failed(done, io::ErrorKind::WriteZero.into()));
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.write_failed(done, e)),
+            }
+        }
+        self.buf.clear();
+        self.flushed = self.steps;
+        Ok(())
+    }
+
+    /// A write that failed after the file took `done` bytes of the buffer.
+    fn write_failed(&mut self, done: usize, e: io::Error) -> io::Error {
+        let mut at = 0;
+        while let Some(&[a, b]) = self.buf.get(at..at + 2) {
+            let end = at + RECORD_OVERHEAD + u16::from_le_bytes([a, b]) as usize;
+            if end > done {
+                break;
+            }
+            self.flushed += 1;
+            at = end;
+        }
+        self.buf.drain(..done);
+        self.failed(e)
     }
 
     /// Hands every buffered step to the operating system (and syncs it with
@@ -167,9 +233,9 @@ impl Recorder {
         if !self.unflushed || self.durability.no_flush {
             return Ok(());
         }
-        self.out.flush()?;
+        self.write_out()?;
         if self.durability.sync {
-            self.out.get_ref().sync_data()?;
+            self.file.sync_data().map_err(|e| self.failed(e))?;
         }
         self.unflushed = false;
         Ok(())
@@ -193,13 +259,18 @@ impl Recorder {
     /// Writes the whole replay, removes the in-progress file; returns the step count.
     ///
     /// # Errors
-    /// A write fails (the in-progress file is then left as it is, for `recover`).
+    /// A write fails (the in-progress file is then left as it is, for `recover`, and
+    /// nothing else: no `FILE.part.tmp`).
     pub fn finish(mut self) -> io::Result<u32> {
-        self.out.flush()?;
-        let file = self.out.into_inner().map_err(|e| e.into_error())?;
-        drop(file);
-        let done = assemble(&self.journal, &self.path, false)
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        self.write_out()?;
+        drop(self.file);
+        let done = assemble(&self.journal, &self.path, false).map_err(|e| {
+            let kind = match &e {
+                journal::AssembleError::Output { err, .. } => err.kind(),
+                journal::AssembleError::Input(_) => io::ErrorKind::InvalidData,
+            };
+            io::Error::new(kind, e.to_string())
+        })?;
         if done.steps != self.steps || done.dropped.is_some() {
             return Err(io::Error::other(format!(
                 "{}: the in-progress file holds {} whole steps, {} were recorded",
@@ -210,6 +281,14 @@ impl Recorder {
         }
         std::fs::remove_file(&self.journal)?;
         Ok(self.steps)
+    }
+
+    /// `e`, a failed write to the in-progress file, as a sentence naming the file.
+    fn failed(&self, e: io::Error) -> io::Error {
+        io::Error::new(
+            e.kind(),
+            format!("{}: {e}{}", self.journal.display(), why_io(&e)),
+        )
     }
 }
 

@@ -1,0 +1,285 @@
+//! Recordings under faults, with the real binaries: a disk that fills (a small tmpfs, in a
+//! user and mount namespace of the test's own; skipped with a message where the machine
+//! does not allow one), a file-size limit (`RLIMIT_FSIZE`, which the kernel enforces with
+//! SIGXFSZ), and a damaged in-progress file. Each must end with a clear error naming the
+//! file and what to do (exit 2), leave nothing but finished files and `FILE.part`, and
+//! what was written must stay recoverable (docs/protocol.md, "Recording a live session";
+//! docs/replay-format.md, "The in-progress file").
+
+mod live_support;
+
+use live_support::*;
+use ostm_protocol::format::recording::{journal_path, Durability, Recorder};
+use ostm_protocol::Replay;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn json(l: &str) -> serde_json::Value {
+    serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A viewer recording a fast host under a file-size limit of 32 KiB: the limit is reached
+/// within a second. SIGXFSZ does not kill it: the write fails with EFBIG, and the viewer
+/// says which `.part` it left, what that holds for sure and that `recover` is next (exit
+/// 2). `recover` then makes a file that verifies and holds at least what was said.
+#[test]
+fn a_file_size_limit_is_an_error_that_names_the_part_and_recover() {
+    let host = Host::start(&["--rate", "max", "--status-ms", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("s.ostm");
+    let mut cmd = Command::new(viewer_bin());
+    cmd.args([
+        "attach",
+        &host.addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--json",
+    ]);
+    // SAFETY: setrlimit is async-signal-safe and touches only the child's own limits.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 32 * 1024,
+                rlim_max: 32 * 1024,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = run(&mut cmd);
+    let text = stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "not killed by SIGXFSZ, and an error: {:?}\n{text}{}",
+        out.status,
+        stderr(&out)
+    );
+    let part = journal_path(&rec);
+    let end = json(text.lines().last().unwrap());
+    let err = end["message"].as_str().unwrap();
+    assert!(
+        err.contains(&format!(
+            "cannot write the recording: {}: File too large",
+            part.display()
+        )) && err.contains("a file-size limit is reached")
+            && err.contains(&format!("ostm-viewer recover {}", part.display())),
+        "{err}"
+    );
+    let left = &end["unfinished"][0];
+    assert_eq!(left["part"], part.to_str().unwrap(), "{end}");
+    let (from, sure) = (
+        left["start_step"].as_u64().unwrap(),
+        left["steps"].as_u64().unwrap(),
+    );
+    assert_eq!(end["files"].as_array().unwrap().len(), 0, "{end}");
+    assert_eq!(names(dir.path()), ["s.ostm.part"], "nothing else is left");
+    // Without the limit, `recover` keeps at least the steps said to be there.
+    let o = viewer(&["recover", part.to_str().unwrap(), "--json"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let got = json(stdout(&o).lines().next().unwrap());
+    assert_eq!(got["start_step"].as_u64().unwrap(), from);
+    assert_eq!(
+        got["steps"].as_u64().unwrap(),
+        sure,
+        "the message counts what the file holds: {got}"
+    );
+    let r = Replay::read_file(&rec).unwrap();
+    assert!(matches!(
+        r.verify(|_| {}),
+        ostm_protocol::Verdict::Match { .. }
+    ));
+}
+
+/// Runs `script` (sh) in a user and mount namespace of its own, with a tmpfs of `size`
+/// mounted on `$1` (`mnt`) and `$2` the viewer; `$3`.. are `args`. `None` when the
+/// machine allows no such namespace (the test then says so and passes).
+fn in_small_tmpfs(
+    size: &str,
+    mnt: &Path,
+    script: &str,
+    args: &[&str],
+) -> Option<std::process::Output> {
+    let probe = Command::new("unshare")
+        .args([
+            "-rm",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o size=4k tmpfs \"$1\"",
+            "sh",
+        ])
+        .arg(mnt)
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!(
+            "skipped: this machine allows no user and mount namespace with a tmpfs (unshare -rm): {probe:?}"
+        );
+        return None;
+    }
+    let full = format!("mount -t tmpfs -o size={size} tmpfs \"$1\" || exit 99\n{script}");
+    let out = run(Command::new("unshare")
+        .args(["-rm", "sh", "-c", &full, "sh"])
+        .arg(mnt)
+        .arg(viewer_bin())
+        .args(args));
+    assert_ne!(out.status.code(), Some(99), "{}", stderr(&out));
+    Some(out)
+}
+
+/// A recording whose in-progress file fits on a small tmpfs but whose finished copy does
+/// not: the viewer's finish fails naming `FILE.part.tmp` and the full disk, keeps
+/// `FILE.part` with every step and says `recover` is next (exit 2); `recover` on the same
+/// full disk fails the same way; neither leaves a partial `FILE.part.tmp`. With room
+/// again, `recover` gives every step.
+#[test]
+fn a_full_disk_at_the_finish_leaves_the_part_and_no_partial_file() {
+    let host = Host::start(&["--rate", "max", "--status-ms", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    let keep = dir.path().join("keep");
+    std::fs::create_dir_all(&mnt).unwrap();
+    std::fs::create_dir_all(&keep).unwrap();
+    // 4 500 steps of the default world: about 72 KB in progress, 54 KB finished; 96 KiB
+    // of tmpfs hold the first and not both.
+    let script = r#"
+"$2" attach "$3" --record "$1/s.ostm" --steps 4500 --json
+echo "viewer $?"
+"$2" recover "$1/s.ostm.part" --json
+echo "recover $?"
+ls -A "$1" | sed 's/^/left /'
+cp "$1/s.ostm.part" "$4/"
+"#;
+    let Some(out) = in_small_tmpfs("96k", &mnt, script, &[&host.addr, keep.to_str().unwrap()])
+    else {
+        return;
+    };
+    let text = stdout(&out);
+    assert!(text.contains("\nviewer 2\n"), "{text}{}", stderr(&out));
+    let end = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "end")
+        .expect("the viewer's end object");
+    let err = end["message"].as_str().unwrap();
+    let part = mnt.join("s.ostm.part");
+    assert!(
+        err.contains(&format!(
+            "cannot finish the recording: cannot write {}.tmp: No space left on device",
+            part.display()
+        )) && err.contains("(the disk is full)")
+            && err.contains(&format!(
+                "{} is kept with all its 4500 steps: `ostm-viewer recover {}`",
+                part.display(),
+                part.display()
+            )),
+        "{err}"
+    );
+    assert!(text.contains("\nrecover 2\n"), "{text}");
+    let left: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("left "))
+        .collect();
+    assert_eq!(left, ["s.ostm.part"], "no partial file: {text}");
+    // With room again.
+    let kept = keep.join("s.ostm.part");
+    let o = viewer(&["recover", kept.to_str().unwrap(), "--json"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let got = json(stdout(&o).lines().next().unwrap());
+    assert_eq!(got["steps"], 4500, "{got}");
+    assert!(got["dropped"].is_null(), "{got}");
+}
+
+/// A recording of `n` steps of a test file left unfinished in `dir` as `NAME.part`; the
+/// offsets at which its records start, and the file's length last.
+fn unfinished(dir: &Path, name: &str, n: usize) -> (PathBuf, Vec<usize>) {
+    let r = Replay::read_file(&testdata("test-2d-600.ostm")).unwrap();
+    let out = dir.join(name);
+    let mut rec =
+        Recorder::create_with(&out, &r.start_world(), false, Durability::default()).unwrap();
+    let rows = r.hashes.as_ref().unwrap();
+    for i in 0..n {
+        rec.push(r.inputs.get(i), rows[i + 1]).unwrap();
+    }
+    rec.flush(std::time::Instant::now()).unwrap();
+    std::mem::forget(rec);
+    let part = journal_path(&out);
+    let len = std::fs::metadata(&part).unwrap().len() as usize;
+    let mut starts = vec![len];
+    let mut at = len;
+    for i in (0..n).rev() {
+        at -= 2 + r.inputs.get(i).len() + 8 + 4;
+        starts.push(at);
+    }
+    starts.reverse();
+    (part, starts)
+}
+
+/// One byte changed in the middle of a `.part`: `recover` keeps the steps before it,
+/// says it is corruption (not a torn tail) at its offset and where whole records resume,
+/// keeps the `.part` and exits 2; its JSON tells the two apart. A torn tail is still
+/// dropped quietly, exit 0.
+#[test]
+fn recover_tells_corruption_from_a_torn_tail_and_keeps_the_evidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let (part, starts) = unfinished(dir.path(), "c.ostm", 100);
+    let out = dir.path().join("c.ostm");
+    let mut bytes = std::fs::read(&part).unwrap();
+    // A bit of the hash row of the record of step 50.
+    bytes[starts[50] + 2 + 3] ^= 0x10;
+    std::fs::write(&part, &bytes).unwrap();
+    let o = viewer(&["recover", part.to_str().unwrap(), "--json"]);
+    assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
+    let got = json(stdout(&o).lines().next().unwrap());
+    assert_eq!(got["steps"], 50, "{got}");
+    assert_eq!(got["dropped"]["kind"], "corruption", "{got}");
+    assert_eq!(got["dropped"]["offset"], starts[50], "{got}");
+    assert_eq!(got["dropped"]["resumes_at"], starts[51], "{got}");
+    assert_eq!(got["removed"], false, "{got}");
+    assert!(part.exists(), "the evidence is kept");
+    assert!(
+        stderr(&o).contains(&format!(
+            "holds only the 50 steps before offset {}",
+            starts[50]
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // The text says the same.
+    let o = viewer(&["recover", part.to_str().unwrap(), "--force"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stdout(&o).contains(&format!(
+            "corruption at offset {}: the check of the record of step 50 is ",
+            starts[50]
+        )) && stdout(&o).contains(&format!(
+            "a whole record follows at offset {}: not a torn tail",
+            starts[51]
+        )) && stdout(&o).contains(&format!("kept {}", part.display())),
+        "{}",
+        stdout(&o)
+    );
+    // The same file torn in its last record instead: a torn tail, exit 0, removed.
+    bytes[starts[50] + 2 + 3] ^= 0x10;
+    bytes.truncate(starts[100] - 5);
+    std::fs::write(&part, &bytes).unwrap();
+    let o = viewer(&["recover", part.to_str().unwrap(), "--json", "--force"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let got = json(stdout(&o).lines().next().unwrap());
+    assert_eq!(got["steps"], 99, "{got}");
+    assert_eq!(got["dropped"]["kind"], "torn_tail", "{got}");
+    assert!(!part.exists());
+    let _ = out;
+}
