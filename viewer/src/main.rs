@@ -2,13 +2,17 @@
 //!
 //! Each subcommand lives in `cmd/<name>.rs` with its own `Args` and `run`.
 
+mod args;
 mod cmd;
 mod exit;
 mod live;
+mod priority;
 mod progress;
 mod render;
+mod report;
 mod tui;
 mod web;
+mod world_at;
 
 use clap::{Parser, Subcommand};
 use exit::Exit;
@@ -45,7 +49,7 @@ enum Command {
     /// Run a replay (or the numbered files of one session) and compare every hash row by step number.
     Verify(cmd::verify::Args),
     /// Attach to a live host at any step, verify every step by number, record, report drift.
-    Attach(cmd::attach::Args),
+    Attach(args::AttachArgs),
     /// Attach as attach does and serve a live web view of the verified world; or serve a replay with a timeline.
     Watch(cmd::watch::Args),
     /// Attach, verify N steps, and print a one-line verdict (for monitoring scripts).
@@ -78,10 +82,23 @@ enum Command {
     Sessions(cmd::sessions::Args),
 }
 
+/// The log filter without `RUST_LOG`: warnings, except the SVG library's own, which
+/// warns once per text element or glyph about fonts (`render` says it once itself:
+/// [`crate::render::png`]).
+pub const DEFAULT_LOG: &str = "warn,usvg=error";
+
+/// Logs to stderr through `tracing` (text or JSON: `--log-format`), filtered by
+/// `RUST_LOG` (default [`DEFAULT_LOG`]); colours only when stderr is a terminal, so
+/// redirected logs hold no escape codes; held while the terminal view has the screen
+/// ([`tui::logs`]).
+fn init_logging(format: ostm_runtime::logging::LogFormat) {
+    ostm_runtime::logging::init(DEFAULT_LOG, format, tui::logs::Stderr);
+}
+
 fn main() -> ExitCode {
     ignore_file_size_signal();
     let cli = Cli::parse();
-    cmd::init_logging(cli.log.log_format);
+    init_logging(cli.log.log_format);
     let exit: Exit = match cli.command {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Verify(a) => cmd::verify::run(a),

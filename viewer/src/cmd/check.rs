@@ -1,10 +1,11 @@
 //! `ostm-viewer check ADDR --steps N`: attach, verify N steps, print a one-line verdict.
 //! The command a monitoring script runs.
 
-use crate::cmd::attach::{drift_bundle, verdict, HostArgs};
-use crate::cmd::verify::{add_bundle_json, written_line, BundleArgs};
+use crate::args::{BundleArgs, HostArgs};
 use crate::exit::Exit;
 use crate::live::session::{self, Options, Stop};
+use crate::report::bundle::{add_bundle_json, written_line};
+use crate::report::session::{drift_bundle, verdict};
 
 /// Arguments of `check`.
 #[derive(clap::Args)]

@@ -1,7 +1,8 @@
 //! `ostm-viewer compare`: a replay against a pose cache, frame by frame.
 
+use crate::args::parse_offset;
 use crate::exit::{fail, Exit};
-use crate::render::{parse_offset, world_at};
+use crate::world_at::world_at;
 use ostm_protocol::format::ospc::{deviations, Deviation, PoseCache};
 use ostm_protocol::Replay;
 use serde_json::json;

@@ -1,8 +1,8 @@
 //! `ostm-viewer ghost`: writes a pose cache (`.ospc`) of a replay's bodies, moved by an
 //! offset: the stand-in for a reference engine's dump.
 
+use crate::args::parse_offset;
 use crate::exit::{fail, Exit};
-use crate::render::parse_offset;
 use ostm_protocol::format::ospc::PoseCache;
 use ostm_protocol::Replay;
 use serde_json::json;
@@ -56,7 +56,7 @@ pub fn run(args: Args) -> Exit {
         return fail(format!("{}: cannot write: {e}", args.output.display()));
     }
     let last = cache.last_step();
-    super::report(
+    crate::report::report(
         args.json,
         json!({
             "file": args.file.display().to_string(),

@@ -49,7 +49,7 @@ pub fn run(args: Args) -> Exit {
     }
     match res {
         Ok(h) => {
-            super::report(
+            crate::report::report(
                 args.json,
                 serde_json::json!({
                     "file": args.file.display().to_string(),

@@ -2,8 +2,9 @@
 //! prints what it holds. The JSON object is documented in `docs/replay-format.md`.
 
 use crate::exit::{fail, Exit};
+use crate::report::replay::{hex, link_info, malformed, read, LinkInfo};
 use ostm_protocol::format::ostm::{FLAG_HASHES, FLAG_LINK, FLAG_START_SNAPSHOT, MAGIC, VERSION};
-use ostm_protocol::{FormatError, Link, OpKind, Replay};
+use ostm_protocol::{OpKind, Replay};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -26,23 +27,6 @@ pub struct Args {
     pub json: bool,
 }
 
-/// A u64 hash as 16 lower-case hex digits, as every tool prints it.
-pub fn hex(h: u64) -> String {
-    format!("{h:016x}")
-}
-
-/// A format error as the JSON object the tools print: `{input, offset, message}`.
-pub fn error_json(e: &FormatError) -> serde_json::Value {
-    serde_json::json!({ "input": e.input, "offset": e.offset, "message": e.message })
-}
-
-/// Reads a replay, logging what was read.
-pub fn read(path: &Path) -> Result<Replay, FormatError> {
-    let replay = Replay::read_file(path)?;
-    tracing::debug!(file = %path.display(), steps = replay.step_count(), "replay read");
-    Ok(replay)
-}
-
 /// The flags word, bit by bit.
 #[derive(Serialize)]
 pub struct Flags {
@@ -58,19 +42,6 @@ pub struct SetupInfo {
     pub dims: u8,
     pub bodies: u8,
     pub seed: u32,
-}
-
-/// The link block with what its role declares.
-#[derive(Serialize)]
-pub struct LinkInfo {
-    pub role: u8,
-    pub role_name: &'static str,
-    pub body: u8,
-    pub transfer_step: u16,
-    /// `ContinuedBy` (role 1), `Continues` (role 2), null (role 3).
-    pub declaration: Option<&'static str>,
-    pub key: Option<&'static str>,
-    pub peer_key: Option<&'static str>,
 }
 
 /// The start snapshot (flag bit 1).
@@ -127,40 +98,6 @@ pub struct Summary {
     pub end_step: u64,
     pub ops: OpsInfo,
     pub hashes: Option<HashesInfo>,
-}
-
-impl LinkInfo {
-    /// One line: the role, what moves when, the declaration and both keys (also printed by
-    /// `attach` for a live world with a link block).
-    pub fn describe(&self) -> String {
-        match (self.declaration, self.key, self.peer_key) {
-            (Some(decl), Some(key), Some(peer)) => format!(
-                "role {} ({}): body {} {} at step {}; declares {decl}, key {key}, peer key {peer}",
-                self.role,
-                self.role_name,
-                self.body,
-                if self.role == 1 { "leaves" } else { "arrives" },
-                self.transfer_step,
-            ),
-            _ => format!(
-                "role {} ({}): declares the density and occupancy fields only (body byte {}, transfer step {} kept as read)",
-                self.role, self.role_name, self.body, self.transfer_step
-            ),
-        }
-    }
-}
-
-/// The link block as `inspect` and `attach` report it.
-pub fn link_info(l: &Link) -> LinkInfo {
-    LinkInfo {
-        role: l.role as u8,
-        role_name: l.role.name(),
-        body: l.body,
-        transfer_step: l.transfer_step,
-        declaration: l.declaration(),
-        key: l.own_key(),
-        peer_key: l.peer_key(),
-    }
 }
 
 impl Summary {
@@ -294,20 +231,6 @@ impl Summary {
         line("hash rows", hashes);
         out
     }
-}
-
-/// Reports a malformed or unreadable file: the error on stderr, and with `--json` the
-/// object `{file, valid: false, error}` on stdout. Returns exit 2.
-pub fn malformed(file: &Path, json: bool, e: &FormatError) -> Exit {
-    if json {
-        let doc = serde_json::json!({
-            "file": file.display().to_string(),
-            "valid": false,
-            "error": error_json(e),
-        });
-        println!("{doc}");
-    }
-    fail(e)
 }
 
 /// Runs `inspect`.

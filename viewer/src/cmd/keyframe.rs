@@ -45,7 +45,7 @@ pub fn run(args: Args) -> Exit {
         return fail(format!("cannot write {}: {e}", args.output.display()));
     }
     let hash = world.hash();
-    super::report(
+    crate::report::report(
         args.json,
         serde_json::json!({
             "file": args.file.display().to_string(),

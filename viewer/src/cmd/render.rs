@@ -1,8 +1,10 @@
 //! `ostm-viewer render`: one frame of a replay as an SVG or PNG picture.
 
 use crate::exit::{fail, Exit};
+use crate::render::ghost::read_ghost;
 use crate::render::svg::{self, Ghost, Overlay};
-use crate::render::{file_name, png, read_ghost, read_world_at};
+use crate::render::{file_name, png};
+use crate::world_at::read_world_at;
 use std::path::PathBuf;
 
 /// Arguments of `render`.
@@ -102,7 +104,7 @@ pub fn run(args: Args) -> Exit {
     if let Err(e) = std::fs::write(&args.output, bytes) {
         return fail(format!("{}: cannot write: {e}", args.output.display()));
     }
-    super::report(
+    crate::report::report(
         args.json,
         serde_json::json!({
             "file": args.file.display().to_string(),

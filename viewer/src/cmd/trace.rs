@@ -156,7 +156,7 @@ fn to_file(stream: ReplayStream<std::fs::File>, args: &Args, path: &Path, worlds
         }
     };
     let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    super::report(
+    crate::report::report(
         args.json,
         serde_json::json!({
             "file": args.file.display().to_string(),

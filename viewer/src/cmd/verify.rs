@@ -3,8 +3,10 @@
 //! `session.1.ostm`, …), verifies each and says where the gaps and overlaps between them
 //! lie. The JSON objects are documented in `docs/replay-format.md`.
 
-use crate::cmd::inspect::{error_json, hex, malformed, read};
+use crate::args::BundleArgs;
 use crate::exit::{fail, Exit};
+use crate::report::bundle::{add_bundle_json, written_line, Written};
+use crate::report::replay::{error_json, hex, malformed, read};
 use ostm_protocol::format::trace::setup_line;
 use ostm_protocol::{Replay, Verdict};
 use serde_json::{json, Value};
@@ -56,55 +58,6 @@ pub struct Args {
     /// replay's start, and compare the rows from its tick on (one file only).
     #[arg(long)]
     pub from_keyframe: Option<PathBuf>,
-}
-
-/// Where a failure bundle goes: `--bundle PATH` or `--no-bundle`. Shared by every command
-/// that writes one (`verify`, `attach`, `check`); each states its default in its help.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct BundleArgs {
-    /// Where to write the failure bundle (default: see below).
-    #[arg(long, conflicts_with = "no_bundle")]
-    pub bundle: Option<PathBuf>,
-    /// Write no failure bundle.
-    #[arg(long)]
-    pub no_bundle: bool,
-}
-
-impl BundleArgs {
-    /// The path to write to: `--bundle`, else `default()`; `None` with `--no-bundle`.
-    pub fn target(&self, default: impl FnOnce() -> PathBuf) -> Option<PathBuf> {
-        if self.no_bundle {
-            return None;
-        }
-        Some(self.bundle.clone().unwrap_or_else(default))
-    }
-}
-
-/// What became of a bundle: its path, or why it could not be written.
-pub type Written = Result<PathBuf, String>;
-
-/// The line printed for a bundle: where it is and the one command that replays it.
-pub fn written_line(w: &Written) -> String {
-    match w {
-        Ok(p) => format!(
-            "bundle written: {} (reproduce: ostm-viewer replay {})",
-            p.display(),
-            p.display()
-        ),
-        Err(e) => format!("error: no bundle written: {e}"),
-    }
-}
-
-/// Adds `bundle` (the path, or null) and, when writing failed, `bundle_error` to a JSON
-/// result object.
-pub fn add_bundle_json(obj: &mut serde_json::Value, w: Option<&Written>) {
-    obj["bundle"] = match w {
-        Some(Ok(p)) => p.display().to_string().into(),
-        _ => serde_json::Value::Null,
-    };
-    if let Some(Err(e)) = w {
-        obj["bundle_error"] = e.clone().into();
-    }
 }
 
 /// The first hash row that differs.

@@ -2,10 +2,11 @@
 //! same session: options, events, verdict and exit code are attach's), or of a replay with
 //! a timeline. docs/watch.md describes the page, its messages and its access rules.
 
-use crate::cmd::attach;
+use crate::args::AttachArgs;
 use crate::exit::{fail, Exit};
 use crate::live::session::{self, Stop};
-use crate::render::GhostCache;
+use crate::render::ghost::GhostCache;
+use crate::report::session::{finish, verdict, Lines};
 use crate::web::{self, live::Hub, replay::Source, Mode};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -45,7 +46,7 @@ Exit codes:
      failure as attach")]
 pub struct Args {
     #[command(flatten)]
-    pub attach: attach::Args,
+    pub attach: AttachArgs,
     /// Serve the page on this address, HOST[:PORT] (port 0 or none: a free port). An
     /// address other than loopback requires --ui-token.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
@@ -111,7 +112,7 @@ fn start_server(
 }
 
 /// The options of attach that mean nothing for a replay file, when given.
-fn live_only(a: &attach::Args) -> Option<&'static str> {
+fn live_only(a: &AttachArgs) -> Option<&'static str> {
     [
         (a.steps.is_some(), "--steps"),
         (a.until.is_some(), "--until"),
@@ -160,7 +161,7 @@ fn replay(args: Args) -> Exit {
 }
 
 fn live(mut args: Args) -> Exit {
-    let mut opts = match attach::options(&mut args.attach) {
+    let mut opts = match args.attach.session_options() {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
@@ -185,14 +186,14 @@ fn live(mut args: Args) -> Exit {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let mut lines = attach::Lines::new(&args.attach);
+    let mut lines = Lines::new(&args.attach);
     let outcome = session::run(&opts, |ev| {
         lines.on(&ev);
         hub.on(&ev);
     });
-    let (_, _, verdict) = attach::verdict(&outcome);
+    let (_, _, verdict) = verdict(&outcome);
     hub.ended(&outcome, &verdict);
-    let exit = attach::finish(&args.attach, &outcome, lines);
+    let exit = finish(&args.attach, &outcome, lines);
     if !matches!(outcome.stop, Stop::Interrupted) {
         eprintln!("watch: the session has ended; the page stays until Ctrl-C (or SIGTERM)");
         rt.block_on(ostm_runtime::signal::stop_signal());

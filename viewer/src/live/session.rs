@@ -463,20 +463,6 @@ fn first_attach(spool: &Spool, shared: &Shared) -> Result<(Welcome, World), Stop
 /// a busy verifier never makes the host resync the viewer; the records wait in the spool.
 pub const VERIFIER_NICENESS: i32 = 10;
 
-/// Lowers the calling thread's priority by `by` nice steps (best effort; 0 leaves it): the
-/// verifier's below the reader's, a view's below the verifier's.
-pub fn lower_thread_priority(by: i32) {
-    if by <= 0 {
-        return;
-    }
-    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        let _ = libc::setpriority(libc::PRIO_PROCESS, tid, now + by);
-    }
-}
-
 fn verify_loop(
     opts: &Options,
     spool: &Spool,
@@ -485,7 +471,7 @@ fn verify_loop(
     st: &mut State,
     events: &mut impl FnMut(Event<'_>),
 ) -> Stop {
-    lower_thread_priority(opts.verifier_nice);
+    crate::priority::lower_thread_priority(opts.verifier_nice);
     let mut ticker = Ticker {
         next_status: Instant::now() + STATUS_EVERY,
         clock_in: CLOCK_EVERY,

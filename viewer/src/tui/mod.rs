@@ -5,7 +5,7 @@
 //! thread over a channel, where the view draws them about ten times a second and asks
 //! the verifier for the next world ([`FrameRequest::ask`]) after each picture. The
 //! verifier never waits for the view. When the session ends the terminal is restored and
-//! [`attach::finish`] prints the verdict and gives the exit code, as without `--tui`.
+//! [`finish`] prints the verdict and gives the exit code, as without `--tui`.
 //!
 //! - [`view`]: what is shown and its layout.
 //! - [`world`]: the world on a braille canvas.
@@ -22,9 +22,10 @@ mod world;
 #[cfg(test)]
 mod tests;
 
-use crate::cmd::attach::{self, Args, Lines};
+use crate::args::AttachArgs;
 use crate::exit::{self, Exit};
 use crate::live::session::{self, Event, FrameRequest, Outcome, Stop};
+use crate::report::session::{finish, Lines};
 use ratatui::crossterm::event::{self, Event as Input, KeyCode, KeyEventKind, KeyModifiers};
 use screen::Screen;
 use std::io::{IsTerminal, Write};
@@ -42,13 +43,13 @@ const KEPT_LINES: usize = 10_000;
 type Ended = (Outcome, Lines);
 
 /// Runs `attach` with the terminal view.
-pub fn run(mut args: Args) -> Exit {
+pub fn run(mut args: AttachArgs) -> Exit {
     if !std::io::stderr().is_terminal() {
         return exit::fail(
             "--tui draws on the terminal, and stderr is not one: run attach without --tui for lines",
         );
     }
-    let mut opts = match attach::options(&mut args) {
+    let mut opts = match args.session_options() {
         Ok(o) => o,
         Err(e) => return exit::fail(e),
     };
@@ -118,7 +119,7 @@ pub fn run(mut args: Args) -> Exit {
         exit::fail(e);
     }
     let finished = match ended {
-        Some(Ok((outcome, lines))) => attach::finish(&args, &outcome, lines),
+        Some(Ok((outcome, lines))) => finish(&args, &outcome, lines),
         Some(Err(_)) => exit::fail("the session stopped on a panic (see above)"),
         None => exit::fail("the session did not end"),
     };

@@ -2,8 +2,8 @@
 //! (the same [`svg::render`], so the page shows exactly the file `render` writes), the
 //! fields of every body slot for hovering, and what the picture's world is proven by.
 
+use crate::render::ghost::GhostCache;
 use crate::render::svg::{self, Ghost, Overlay};
-use crate::render::GhostCache;
 use ostm_protocol::World;
 use serde_json::json;
 

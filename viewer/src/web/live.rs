@@ -10,7 +10,7 @@ use super::yield_to_proof::Yield;
 use super::{pace, Requests, Tab, STATUS_EVERY};
 use crate::live::drift::DriftReport;
 use crate::live::session::{Event, FrameRequest, Outcome, Status, Stop};
-use crate::render::GhostCache;
+use crate::render::ghost::GhostCache;
 use ostm_protocol::World;
 use serde_json::json;
 use std::collections::VecDeque;

@@ -81,7 +81,7 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .worker_threads(2)
         .max_blocking_threads(4)
         .thread_name("ostm-web")
-        .on_thread_start(|| crate::live::session::lower_thread_priority(VIEW_NICENESS))
+        .on_thread_start(|| crate::priority::lower_thread_priority(VIEW_NICENESS))
         .enable_all()
         .build()
 }

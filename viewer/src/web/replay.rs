@@ -7,7 +7,8 @@
 use super::frame::{self, Check, Look, Shown};
 use super::request::Request;
 use super::{pace, Requests, Tab};
-use crate::render::{file_name, GhostCache};
+use crate::render::file_name;
+use crate::render::ghost::{read_ghost, GhostCache};
 use ostm_protocol::format::replay_stream::ReplayStream;
 use ostm_protocol::format::seek::{self, default_index_path, MemoryIndex, Seeked, DEFAULT_EVERY};
 use ostm_protocol::{Op, World};
@@ -54,7 +55,7 @@ impl Source {
         let last = first.saturating_add(h.steps as u64);
         let rows = h.flags & ostm_protocol::format::ostm::FLAG_HASHES != 0;
         let ghost = match ghost {
-            Some(p) => Some(crate::render::read_ghost(p, h.setup.dims)?),
+            Some(p) => Some(read_ghost(p, h.setup.dims)?),
             None => None,
         };
         let index = default_index_path(file);
