@@ -10,6 +10,7 @@ mod priority;
 mod progress;
 mod render;
 mod report;
+mod strip;
 mod tui;
 mod web;
 mod world_at;

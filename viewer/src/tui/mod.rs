@@ -9,13 +9,11 @@
 //!
 //! - [`view`]: what is shown and its layout.
 //! - [`world`]: the world on a braille canvas.
-//! - [`strip`]: the strip of recent steps.
 //! - [`screen`]: taking and restoring the terminal (also on a panic).
 //! - [`logs`]: log lines held while the view has the screen.
 
 pub mod logs;
 mod screen;
-mod strip;
 mod view;
 mod world;
 

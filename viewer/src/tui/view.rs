@@ -17,10 +17,10 @@
 //! [`View::on`] takes the session's events as [`Msg`]s; [`View::draw`] draws into any
 //! frame (the terminal's, or a test backend's).
 
-use super::strip::{Kind, Strip};
 use super::world::{self, Mark};
 use crate::live::drift::DriftReport;
 use crate::live::session::{Outcome, Status, Stop};
+use crate::strip::{Kind, Strip};
 use ostm_protocol::sim::fields::density_decimal;
 use ostm_protocol::{Dims, World};
 use ratatui::layout::{Constraint, Layout, Rect};

@@ -11,15 +11,12 @@ use super::{pace, Requests, Tab, STATUS_EVERY};
 use crate::live::drift::DriftReport;
 use crate::live::session::{Event, FrameRequest, Outcome, Status, Stop};
 use crate::render::ghost::GhostCache;
+use crate::strip::{Strip, PAGE_STEPS};
 use ostm_protocol::World;
 use serde_json::json;
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
-
-/// How many steps the page's strip shows, back from the viewer's step.
-pub const STRIP_STEPS: u64 = 4096;
 
 /// A world to draw.
 pub struct Shot {
@@ -87,58 +84,6 @@ pub enum Phase {
     },
 }
 
-/// One run of the strip: steps `from..to` of one kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Run {
-    from: u64,
-    to: u64,
-    kind: &'static str,
-}
-
-/// The last [`STRIP_STEPS`] steps: verified, a gap (jumped over by a resync or lost with a
-/// connection, never verified) or the drift.
-#[derive(Debug, Default)]
-struct Strip {
-    runs: VecDeque<Run>,
-}
-
-impl Strip {
-    fn end(&self) -> Option<u64> {
-        self.runs.back().map(|r| r.to)
-    }
-
-    fn push(&mut self, from: u64, to: u64, kind: &'static str) {
-        if to <= from {
-            return;
-        }
-        match self.runs.back_mut() {
-            Some(last) if last.kind == kind && last.to == from => last.to = to,
-            _ => self.runs.push_back(Run { from, to, kind }),
-        }
-        while self.runs.front().is_some_and(|r| r.to + STRIP_STEPS < to) {
-            self.runs.pop_front();
-        }
-    }
-
-    /// Steps verified up to `step`.
-    fn verified_to(&mut self, step: u64) {
-        if let Some(end) = self.end() {
-            self.push(end, step, "verified");
-        }
-    }
-
-    fn json(&self, now: u64) -> serde_json::Value {
-        let from = now.saturating_sub(STRIP_STEPS);
-        let runs: Vec<_> = self
-            .runs
-            .iter()
-            .filter(|r| r.to > from)
-            .map(|r| json!([r.from.max(from), r.to, r.kind]))
-            .collect();
-        json!({"from": from, "to": now, "runs": runs})
-    }
-}
-
 /// What the tabs read besides frames.
 #[derive(Default)]
 struct Board {
@@ -203,7 +148,7 @@ impl Hub {
                 {
                     let mut b = self.board();
                     b.attached = Some((world.dims() as u8, world.bodies.len(), world.step));
-                    b.strip.push(world.step, world.step + 1, "snapshot");
+                    b.strip.start(world.step);
                     if let Some(g) = &self.ghost {
                         if let Err(e) = g.fits(world.dims()) {
                             tracing::warn!("{e}: the page draws no ghost");
@@ -224,13 +169,12 @@ impl Hub {
             Event::Status(s) => {
                 self.yielding.note_backlog(s.backlog);
                 let mut b = self.board();
-                b.strip.verified_to(s.step);
+                b.strip.reached(s.step);
                 b.status = Some(s);
             }
             Event::Resync { from, to, file } => {
                 let mut b = self.board();
-                b.strip.verified_to(from);
-                b.strip.push(from, to, "gap");
+                b.strip.gap(from, to);
                 if let Some(f) = file {
                     b.recording = Some(f.clone());
                 }
@@ -239,8 +183,7 @@ impl Hub {
             Event::Reconnected { gap, file } | Event::Gap { gap, file } => {
                 let mut b = self.board();
                 b.lost = None;
-                b.strip.verified_to(gap.from);
-                b.strip.push(gap.from, gap.to, "gap");
+                b.strip.gap(gap.from, gap.to);
                 if let Some(f) = file {
                     b.recording = Some(f.clone());
                 }
@@ -262,9 +205,9 @@ impl Hub {
             } else {
                 outcome.step
             };
-            b.strip.verified_to(end);
+            b.strip.reached(end);
             if let Some(d) = &drift {
-                b.strip.push(d.step.saturating_sub(1), d.step, "drift");
+                b.strip.drift(d.step);
             }
             // The last status line's counts, as the session ended.
             if let Some(s) = b.status.as_mut() {
@@ -295,7 +238,7 @@ impl Hub {
             .filter(|_| b.ghost_note.is_none())
             .map(|g| g.name.clone());
         json!({"type": "hello", "mode": "live", "name": self.name, "dims": dims, "slots": slots,
-            "attached_at": step, "ghost": ghost, "ghost_note": b.ghost_note, "strip_steps": STRIP_STEPS})
+            "attached_at": step, "ghost": ghost, "ghost_note": b.ghost_note, "strip_steps": PAGE_STEPS})
         .to_string()
     }
 
@@ -309,13 +252,13 @@ impl Hub {
             Some(s) => json!({"type": "status", "host_step": s.host_step, "step": s.step,
                 "verified": s.verified, "lag": s.lag(), "rate": (s.rate * 10.0).round() / 10.0,
                 "resyncs": s.resyncs, "gaps": s.gaps, "backlog": s.backlog,
-                "recording": recording, "strip": b.strip.json(s.step), "lost": b.lost,
+                "recording": recording, "strip": b.strip.page_json(s.step), "lost": b.lost,
                 "frame_gap_ms": self.yielding.gap().as_millis() as u64}),
             None => {
                 let step = b.attached.map(|a| a.2);
                 json!({"type": "status", "host_step": step, "step": step, "verified": 0,
                 "lag": 0, "rate": 0.0, "resyncs": 0, "gaps": 0, "backlog": 0,
-                "recording": recording, "strip": step.map(|s| b.strip.json(s)), "lost": b.lost,
+                "recording": recording, "strip": step.map(|s| b.strip.page_json(s)), "lost": b.lost,
                 "frame_gap_ms": self.yielding.gap().as_millis() as u64})
             }
         }
@@ -550,43 +493,5 @@ async fn send_current(
     match draw(hub, shot, which, marked, view.look).await {
         Some(m) => tab.send(m).await,
         None => true,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_strip_keeps_the_last_steps_by_kind() {
-        let mut s = Strip::default();
-        s.push(100, 101, "snapshot");
-        s.verified_to(500);
-        s.verified_to(900);
-        s.push(900, 1200, "gap");
-        s.verified_to(1300);
-        s.push(1300, 1301, "drift");
-        let runs: Vec<_> = s.runs.iter().map(|r| (r.from, r.to, r.kind)).collect();
-        assert_eq!(
-            runs,
-            [
-                (100, 101, "snapshot"),
-                (101, 900, "verified"),
-                (900, 1200, "gap"),
-                (1200, 1300, "verified"),
-                (1300, 1301, "drift")
-            ]
-        );
-        let j = s.json(1301);
-        assert_eq!(j["from"], 0);
-        assert_eq!(j["runs"][0], json!([100, 101, "snapshot"]));
-        // Far ahead: only what lies within the last STRIP_STEPS steps is kept and sent.
-        s.verified_to(20_000);
-        assert_eq!(s.runs.len(), 1, "{:?}", s.runs);
-        let j = s.json(20_000);
-        assert_eq!(
-            j["runs"],
-            json!([[20_000 - STRIP_STEPS, 20_000, "verified"]])
-        );
     }
 }

@@ -1,11 +1,14 @@
 //! The strip of recent steps: which of the steps up to the viewer's world were verified,
-//! not seen (jumped over by a resync, or missed while reconnecting), or drifted.
+//! not seen (jumped over by a resync, or missed while reconnecting), or drifted. One model
+//! for both views: the terminal view draws it in cells, the web page in runs.
 //!
-//! The session's events are turned into stretches of steps ([`Strip::reached`],
-//! [`Strip::gap`], [`Strip::drift`]); [`Strip::cells`] cuts the most recent ones into as
-//! many cells as the strip is wide, each cell showing the worst of its steps (drift, then
-//! not seen, then verified).
+//! The session's events are turned into stretches of steps ([`Strip::start`],
+//! [`Strip::reached`], [`Strip::gap`], [`Strip::drift`]); [`Strip::cells`] cuts the most
+//! recent ones into as many cells as the strip is wide, each cell showing the worst of its
+//! steps (drift, then not seen, then verified); [`Strip::page_json`] gives the page the
+//! runs of its last steps.
 
+use serde_json::json;
 use std::collections::VecDeque;
 
 /// What happened to a step, worst last (a cell shows the greatest kind among its steps).
@@ -28,7 +31,11 @@ struct Stretch {
 }
 
 /// Stretches kept at most (the oldest are dropped first); a cell with none shows nothing.
-const KEPT: usize = 4096;
+/// Each stretch holds a step at least, so the page's [`PAGE_STEPS`] steps are always kept.
+const KEPT: usize = PAGE_STEPS as usize + 1;
+
+/// How many steps the page's strip shows, back from the viewer's step.
+pub const PAGE_STEPS: u64 = 4096;
 
 /// How far back the strip reaches: this many seconds of steps at the verified rate (or
 /// one step per cell, when that is more).
@@ -145,6 +152,42 @@ impl Strip {
     }
 }
 
+impl Strip {
+    /// The page's strip up to step `now`: `{from, to, runs}`, the runs of the last
+    /// [`PAGE_STEPS`] steps, each `[from, to, kind]` with kind `snapshot` (the attach
+    /// step's world, from the host), `verified`, `gap` or `drift`, oldest first.
+    pub fn page_json(&self, now: u64) -> serde_json::Value {
+        let from = now.saturating_sub(PAGE_STEPS);
+        let mut runs = Vec::new();
+        if self.at.is_some() && self.first + 1 > from {
+            runs.push(json!([self.first.max(from), self.first + 1, "snapshot"]));
+        }
+        for s in &self.stretches {
+            // The attach step is the snapshot's: the verified steps start after it.
+            let start = if s.kind == Kind::Verified && s.from == self.first {
+                self.first + 1
+            } else {
+                s.from
+            };
+            if s.to > start && s.to > from {
+                runs.push(json!([start.max(from), s.to, s.kind.name()]));
+            }
+        }
+        json!({"from": from, "to": now, "runs": runs})
+    }
+}
+
+impl Kind {
+    /// The kind's name on the page.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Verified => "verified",
+            Kind::Gap => "gap",
+            Kind::Drift => "drift",
+        }
+    }
+}
+
 /// The smallest of 1, 2, 5, 10, 20, 50, ... at or above `n`.
 fn round_up(n: u64) -> u64 {
     let mut p = 1u64;
@@ -253,6 +296,47 @@ mod tests {
         assert!(
             s.stretches.front().is_some_and(|f| f.from > 100),
             "the oldest went"
+        );
+    }
+
+    /// The page's runs: the attach step's snapshot, then the steps by kind, cut to the last
+    /// [`PAGE_STEPS`] steps.
+    #[test]
+    fn the_page_gets_the_runs_of_its_last_steps_by_kind() {
+        let mut s = Strip::default();
+        assert_eq!(s.page_json(0)["runs"], json!([]));
+        s.start(100);
+        s.reached(500);
+        s.reached(900);
+        s.gap(900, 1200);
+        s.reached(1300);
+        s.drift(1301);
+        let j = s.page_json(1301);
+        assert_eq!(j["from"], 0);
+        assert_eq!(
+            j["runs"],
+            json!([
+                [100, 101, "snapshot"],
+                [101, 900, "verified"],
+                [900, 1200, "gap"],
+                [1200, 1300, "verified"],
+                [1300, 1301, "drift"]
+            ])
+        );
+        // Far ahead: only what lies within the last PAGE_STEPS steps is sent.
+        s.reached(20_000);
+        let j = s.page_json(20_000);
+        assert_eq!(
+            j["runs"],
+            json!([[20_000 - PAGE_STEPS, 20_000, "verified"]])
+        );
+        // A gap right after the attach: the snapshot, then the gap.
+        let mut s = Strip::default();
+        s.start(7);
+        s.gap(7, 9);
+        assert_eq!(
+            s.page_json(9)["runs"],
+            json!([[7, 8, "snapshot"], [7, 9, "gap"]])
         );
     }
 }
