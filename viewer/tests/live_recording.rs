@@ -561,3 +561,107 @@ fn a_reconnecting_viewer_rides_out_a_restarted_host() {
     }
     drop(again);
 }
+
+/// Attaches a `--reconnect` recording viewer to a host (the default world, 1 000 steps/s),
+/// lets it pass step 2 000, kills the host and starts `again` on the same port (slow, so
+/// that it is still far below step 2 000 when the viewer rejoins). Returns the viewer's
+/// gap event, its end object and the recording's base path.
+fn rejoin_restarted(dir: &Path, again: &[&str]) -> (serde_json::Value, serde_json::Value, PathBuf) {
+    let host = Host::start(&["--rate", "1000", "--status-ms", "0"]);
+    let addr = host.addr.clone();
+    let rec = dir.join("r.ostm");
+    let mut v = spawn_viewer(&[
+        "attach",
+        &addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--reconnect",
+        "--json",
+    ]);
+    until_event(&mut v, |e| {
+        e["event"] == "status" && e["step"].as_u64().unwrap() > 2000
+    });
+    host.signal("KILL");
+    let _ = host.wait();
+    let mut args = vec!["--rate", "50", "--status-ms", "0"];
+    args.extend_from_slice(again);
+    let restarted = Host::start_at(&addr, &args, &[]);
+    let gap = until_event(&mut v, |e| e["event"] == "gap");
+    let to = gap["to"].as_u64().unwrap();
+    until_event(&mut v, |e| {
+        e["event"] == "status" && e["step"].as_u64().unwrap() > to + 20
+    });
+    v.signal("INT");
+    let out = v.finish();
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let end = json(stdout(&out).lines().last().unwrap());
+    drop(restarted);
+    (gap, end, rec)
+}
+
+/// A host restarted with the same world comes back behind the viewer's step: the gap says
+/// so (no `steps F..T not seen` with T before F, no `"steps": 0`: the steps the old stream
+/// held past F are not known), and the two files overlap where the new host runs the
+/// same steps again, which `verify` of the set compares and accepts.
+#[test]
+fn a_host_restarted_behind_the_viewer_is_reported_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gap, end, rec) = rejoin_restarted(dir.path(), &[]);
+    let (from, to) = (gap["from"].as_u64().unwrap(), gap["to"].as_u64().unwrap());
+    assert!(to < from, "{gap}");
+    assert!(gap["steps"].is_null(), "{gap}");
+    assert_eq!(gap["behind"], from - to, "{gap}");
+    assert!(gap.get("world").is_none(), "{gap}");
+    assert_eq!(end["gaps"][0]["steps"], serde_json::Value::Null, "{end}");
+    assert_eq!(end["gaps"][0]["behind"], from - to, "{end}");
+    let o = viewer(&[
+        "verify",
+        rec.to_str().unwrap(),
+        numbered(&rec, 1).to_str().unwrap(),
+        "--no-bundle",
+    ]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("every row agrees"),
+        "the files overlap where the steps ran again: {}",
+        stdout(&o)
+    );
+}
+
+/// A host restarted with another world: the gap names both worlds, the recording's next
+/// file is of the new world and verifies alone, and `verify` of both files refuses them
+/// as the docs say, with the explanation.
+#[test]
+fn a_host_restarted_with_another_world_starts_a_set_of_that_world() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gap, end, rec) = rejoin_restarted(
+        dir.path(),
+        &["--dims", "2", "--bodies", "8", "--seed", "42"],
+    );
+    assert_eq!(
+        gap["world"], "setup dims=2 bodies=8 seed=42 link=none",
+        "{gap}"
+    );
+    assert_eq!(
+        gap["was"], "setup dims=3 bodies=24 seed=10000 link=none",
+        "{gap}"
+    );
+    assert!(gap["steps"].is_null(), "{gap}");
+    assert_eq!(end["gaps"][0]["world"], gap["world"], "{end}");
+    let next = numbered(&rec, 1);
+    let o = viewer(&["verify", next.to_str().unwrap(), "--no-bundle"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let o = viewer(&[
+        "verify",
+        rec.to_str().unwrap(),
+        next.to_str().unwrap(),
+        "--no-bundle",
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("not files of one world")
+            && stderr(&o).contains("verify the files of each world apart"),
+        "{}",
+        stderr(&o)
+    );
+}

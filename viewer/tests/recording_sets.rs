@@ -241,7 +241,7 @@ fn files_of_different_worlds_are_refused() {
     assert!(out.is_empty(), "{out}");
     assert!(
         err.contains(&format!(
-            "error: {} and {} are not files of one world: {} has \"setup dims=3 bodies=24 seed=10000 link=none\", {} has \"setup dims=2 bodies=12 seed=600 link=none\"",
+            "error: {} and {} are not files of one world: {} has \"setup dims=3 bodies=24 seed=10000 link=none\", {} has \"setup dims=2 bodies=12 seed=600 link=none\" (a viewer that reconnected to a host restarted with another world records that world in files of its own: verify the files of each world apart)",
             s0.display(),
             other.display(),
             s0.display(),

@@ -454,7 +454,7 @@ fn run_set(args: &Args, files: &[PathBuf]) -> Exit {
     if let Some(other) = members.iter().find(|m| m.world != members[0].world) {
         let first = &members[0];
         let message = format!(
-            "{} and {} are not files of one world: {} has \"{}\", {} has \"{}\"",
+            "{} and {} are not files of one world: {} has \"{}\", {} has \"{}\" (a viewer that reconnected to a host restarted with another world records that world in files of its own: verify the files of each world apart)",
             first.path.display(),
             other.path.display(),
             first.path.display(),

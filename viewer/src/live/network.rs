@@ -280,9 +280,9 @@ impl Reader {
             attached_once = true;
             wait = RECONNECT_FIRST_WAIT;
             self.shared.connection.fetch_add(1, Ordering::SeqCst);
-            self.shared
-                .host_step
-                .fetch_max(world.step, Ordering::Relaxed);
+            // Each connection's host says its own step: a host restarted behind the step
+            // the old one had reached must not leave the lag counted from the old one.
+            self.shared.host_step.store(world.step, Ordering::Relaxed);
             let attached = Attached {
                 setup: world.setup(),
                 link: world.link(),

@@ -12,6 +12,7 @@ use super::shared::{Shared, DRIFT_REPLY_TIMEOUT};
 use super::spool::{Backlog, Item, Spool};
 use super::trail::Trail;
 use ostm_protocol::format::recording::{check_target, Durability};
+use ostm_protocol::format::trace::setup_line;
 use ostm_protocol::sim::fields::{self, Fields};
 use ostm_protocol::sim::op::for_each_op;
 use ostm_protocol::wire::{End, RecordRef, ToHost, Welcome};
@@ -123,6 +124,21 @@ pub struct Gap {
     /// The step it joined at again.
     pub to: u64,
     pub why: String,
+    /// A reconnection that joined the host at a step before `from`: a restarted host
+    /// (steps `to..from` are verified again; how far the old stream went past `from` is
+    /// not known).
+    pub behind: bool,
+    /// A reconnection that joined another world (a host restarted with one): its setup
+    /// line (`setup dims=… bodies=… seed=… link=…`), and the one before.
+    pub world: Option<(String, String)>,
+}
+
+impl Gap {
+    /// The steps never seen, when that is known: `to - from`; `None` for a host that came
+    /// back behind the viewer or with another world.
+    pub fn steps(&self) -> Option<u64> {
+        (!self.behind && self.world.is_none()).then(|| self.to.saturating_sub(self.from))
+    }
 }
 
 /// What the session did.
@@ -577,6 +593,8 @@ fn verify_loop(
                     from: st.world.step,
                     to,
                     why,
+                    behind: false,
+                    world: None,
                 };
                 let mut file = None;
                 if let Some(world) = world {
@@ -641,10 +659,21 @@ fn verify_loop(
                     .lost
                     .take()
                     .unwrap_or_else(|| "the connection was made again".into());
+                // A restarted host may come back behind the viewer, or with another world
+                // (docs/protocol.md, "Reconnecting").
+                let other = (world.setup() != st.world.setup() || world.link() != st.world.link())
+                    .then(|| {
+                        (
+                            setup_line(&world.setup(), world.link()),
+                            setup_line(&st.world.setup(), st.world.link()),
+                        )
+                    });
                 let gap = Gap {
                     from: st.world.step,
                     to: world.step,
                     why,
+                    behind: world.step < st.world.step,
+                    world: other,
                 };
                 st.connection = shared.connection.load(Ordering::SeqCst);
                 st.world = world;

@@ -8,7 +8,7 @@ use super::replay::link_info;
 use crate::args::{AttachArgs, BundleArgs};
 use crate::exit::Exit;
 use crate::live::drift::{default_bundle_path, write_bundle};
-use crate::live::session::{Event, Outcome, Status, Stop};
+use crate::live::session::{Event, Gap, Outcome, Status, Stop};
 use ostm_protocol::sim::fields::{density_decimal, Fields};
 use ostm_protocol::World;
 use std::io::{IsTerminal, Write};
@@ -249,15 +249,12 @@ impl Lines {
                     eprint!("\r\x1b[2K");
                 }
                 if json {
-                    self.put(&serde_json::json!({"event": "gap", "from": gap.from, "to": gap.to, "steps": gap.to.saturating_sub(gap.from), "why": gap.why, "file": file.map(|f| f.display().to_string())}).to_string());
+                    let mut obj = gap_json(gap);
+                    obj["event"] = "gap".into();
+                    obj["file"] = file.map(|f| f.display().to_string()).into();
+                    self.put(&obj.to_string());
                 } else {
-                    let cont = file
-                        .map(|f| format!("; recording continues in {}", f.display()))
-                        .unwrap_or_default();
-                    self.put(&format!(
-                        "gap: {}; reconnected at step {} (steps {}..{} not seen){cont}",
-                        gap.why, gap.to, gap.from, gap.to
-                    ));
+                    self.put(&reconnected_line(gap, file.map(|f| f.as_path())));
                 }
             }
             Event::Gap { gap, file } => {
@@ -265,7 +262,10 @@ impl Lines {
                     eprint!("\r\x1b[2K");
                 }
                 if json {
-                    self.put(&serde_json::json!({"event": "gap", "from": gap.from, "to": gap.to, "steps": gap.to.saturating_sub(gap.from), "why": gap.why, "file": file.map(|f| f.display().to_string())}).to_string());
+                    let mut obj = gap_json(gap);
+                    obj["event"] = "gap".into();
+                    obj["file"] = file.map(|f| f.display().to_string()).into();
+                    self.put(&obj.to_string());
                 } else {
                     let cont = file
                         .map(|f| format!("; recording continues in {}", f.display()))
@@ -406,7 +406,7 @@ pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
         "step": o.step,
         "verified": o.verified,
         "resyncs": o.resyncs,
-        "gaps": o.gaps.iter().map(|g| serde_json::json!({"from": g.from, "to": g.to, "steps": g.to.saturating_sub(g.from), "why": g.why})).collect::<Vec<_>>(),
+        "gaps": o.gaps.iter().map(gap_json).collect::<Vec<_>>(),
         "backlog_peak": o.backlog_peak.records,
         "backlog_peak_on_disk": o.backlog_peak.on_disk,
         "files": o.files.iter().map(|w| serde_json::json!({"path": w.path.display().to_string(), "steps": w.steps, "start_step": w.start_step})).collect::<Vec<_>>(),
@@ -420,11 +420,98 @@ pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
     (exit, line, obj)
 }
 
+/// A gap as JSON (docs/protocol.md, "Reconnecting"): `from`, `to`, `steps` (null when not
+/// known: a host that came back behind the viewer or with another world), `why`; with
+/// `behind` (the steps verified again) or `world` and `was` (the setup lines) when so.
+pub fn gap_json(g: &Gap) -> serde_json::Value {
+    let mut obj = serde_json::json!({"from": g.from, "to": g.to, "steps": g.steps(), "why": g.why});
+    if g.behind {
+        obj["behind"] = g.from.wrapping_sub(g.to).into();
+    }
+    if let Some((world, was)) = &g.world {
+        obj["world"] = world.as_str().into();
+        obj["was"] = was.as_str().into();
+    }
+    obj
+}
+
+/// The line a reconnection prints: the steps not seen, or how the host came back (behind
+/// the viewer, or with another world), and where the recording continues.
+pub fn reconnected_line(g: &Gap, file: Option<&Path>) -> String {
+    let (from, to, why) = (g.from, g.to, &g.why);
+    match (&g.world, g.behind) {
+        (Some((world, was)), _) => {
+            let cont = file
+                .map(|f| {
+                    format!(
+                        "; recording continues in {}, the first file of that world (verify it apart from the files before)",
+                        f.display()
+                    )
+                })
+                .unwrap_or_default();
+            format!(
+                "gap: {why}; reconnected at step {to} to another world ({world}; it was {was}): the host was restarted with it, and what the old stream held after step {from} was not seen{cont}"
+            )
+        }
+        (None, behind) => {
+            let cont = file
+                .map(|f| format!("; recording continues in {}", f.display()))
+                .unwrap_or_default();
+            if behind {
+                format!(
+                    "gap: {why}; reconnected at step {to}, behind the viewer's step {from}: the host was restarted (what its old stream held after step {from} was not seen; steps {to}..{from} are verified again){cont}"
+                )
+            } else {
+                format!("gap: {why}; reconnected at step {to} (steps {from}..{to} not seen){cont}")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ResyncLines;
+    use super::{gap_json, reconnected_line, ResyncLines};
+    use crate::live::session::Gap;
     use std::path::Path;
     use std::time::{Duration, Instant};
+
+    /// How each kind of reconnection reads (docs/protocol.md, "Reconnecting").
+    #[test]
+    fn a_reconnection_says_how_the_host_came_back() {
+        let gap = |from, to, behind, world: Option<(&str, &str)>| Gap {
+            from,
+            to,
+            why: "WHY".into(),
+            behind,
+            world: world.map(|(a, b)| (a.to_string(), b.to_string())),
+        };
+        let f = Some(Path::new("r.1.ostm"));
+        let on = gap(2583, 3000, false, None);
+        assert_eq!(
+            reconnected_line(&on, f),
+            "gap: WHY; reconnected at step 3000 (steps 2583..3000 not seen); recording continues in r.1.ostm"
+        );
+        assert_eq!(gap_json(&on)["steps"], 417);
+        let back = gap(2583, 451, true, None);
+        assert_eq!(
+            reconnected_line(&back, None),
+            "gap: WHY; reconnected at step 451, behind the viewer's step 2583: the host was restarted (what its old stream held after step 2583 was not seen; steps 451..2583 are verified again)"
+        );
+        let j = gap_json(&back);
+        assert!(j["steps"].is_null(), "{j}");
+        assert_eq!(j["behind"], 2132);
+        let other = gap(2583, 7, true, Some(("setup NEW", "setup OLD")));
+        assert_eq!(
+            reconnected_line(&other, f),
+            "gap: WHY; reconnected at step 7 to another world (setup NEW; it was setup OLD): the host was restarted with it, and what the old stream held after step 2583 was not seen; recording continues in r.1.ostm, the first file of that world (verify it apart from the files before)"
+        );
+        let j = gap_json(&other);
+        assert_eq!(
+            (j["world"].as_str(), j["was"].as_str()),
+            (Some("setup NEW"), Some("setup OLD"))
+        );
+        assert!(j["steps"].is_null(), "{j}");
+    }
 
     #[test]
     fn resync_lines_are_at_most_one_a_second_and_count_every_resync() {
