@@ -35,9 +35,11 @@ fn wrap_replay() -> Replay {
     r
 }
 
-/// The in-progress file of the same recording: `OSTMPART`, the header with step count 0,
-/// row 0, then per step its input and the hash row after it.
+/// The in-progress file of the same recording (docs/replay-format.md): `OSTMPAR2`, the
+/// header with step count 0, row 0 and the header check, then per step its input, the
+/// hash row after it and the record check.
 fn in_progress(r: &Replay) -> Vec<u8> {
+    use ostm_protocol::format::recording::journal::{header_check, record_check, JOURNAL_MAGIC};
     let bytes = r.to_bytes();
     let rows = r.hashes.as_ref().expect("rows");
     let inputs: usize = r.inputs.iter().map(|i| 2 + i.len()).sum();
@@ -45,13 +47,17 @@ fn in_progress(r: &Replay) -> Vec<u8> {
     let mut header = bytes[..head].to_vec();
     // The step count: after the setup (6) and link block (4) behind the 12-byte prefix.
     header[22..26].copy_from_slice(&0u32.to_le_bytes());
-    let mut out = b"OSTMPART".to_vec();
+    let mut out = JOURNAL_MAGIC.to_vec();
     out.extend_from_slice(&header);
     out.extend_from_slice(&rows[0].to_le_bytes());
+    let check = header_check(&out);
+    out.extend_from_slice(&check.to_le_bytes());
     for (i, input) in r.inputs.iter().enumerate() {
-        out.extend_from_slice(&(input.len() as u16).to_le_bytes());
-        out.extend_from_slice(input);
-        out.extend_from_slice(&rows[i + 1].to_le_bytes());
+        let mut record = (input.len() as u16).to_le_bytes().to_vec();
+        record.extend_from_slice(input);
+        record.extend_from_slice(&rows[i + 1].to_le_bytes());
+        out.extend_from_slice(&record);
+        out.extend_from_slice(&record_check(check, &record).to_le_bytes());
     }
     out
 }
