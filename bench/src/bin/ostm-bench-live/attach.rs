@@ -7,7 +7,8 @@
 //! cores does not count.
 
 use crate::cpu;
-use std::io::{BufRead, BufReader, Read};
+use crate::server;
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -19,7 +20,12 @@ fn json_last_line(text: &str) -> serde_json::Value {
         .unwrap_or(serde_json::Value::Null)
 }
 
-pub fn run(host: &Path, viewer: &Path, steps: u64, runs: usize, dir: &Path) {
+/// Runs the comparison `runs` times and prints its table.
+///
+/// # Errors
+/// A process cannot be started, the viewer verified no step, or `verify` refused the
+/// host's recording: nothing to compare.
+pub fn run(host: &Path, viewer: &Path, steps: u64, runs: usize, dir: &Path) -> Result<(), String> {
     println!("one `ostm-viewer attach` process beside offline `ostm-viewer verify` on the same {steps} steps (host --rate max --wait-for-viewers 1)");
     println!();
     println!("| run | attach: steps verified | resyncs | attach CPU (s) | attach CPU per verified step (µs) | attach steps/s (wall) | verify CPU (s) | verify CPU per step (µs) | verify steps/s (wall) | attach / verify CPU per step |");
@@ -29,33 +35,14 @@ pub fn run(host: &Path, viewer: &Path, steps: u64, runs: usize, dir: &Path) {
     for run in 1..=runs {
         let rec = dir.join(format!("attach-bench-{}-{run}.ostm", std::process::id()));
         let _ = std::fs::remove_file(&rec);
-        let mut h = match Command::new(host)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--rate",
-                "max",
-                "--status-ms",
-                "0",
-            ])
-            .args(["--steps", &steps.to_string(), "--wait-for-viewers", "1"])
-            .arg("--record")
-            .arg(&rec)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-        {
-            Ok(h) => h,
-            Err(e) => {
-                eprintln!("cannot start {}: {e}", host.display());
-                return;
-            }
-        };
-        let mut lines = BufReader::new(h.stdout.take().expect("stdout")).lines();
-        let first = lines.next().and_then(Result::ok).unwrap_or_default();
-        let addr = first.rsplit(' ').next().unwrap_or_default().to_string();
-        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+        let mut serve = Command::new(host);
+        serve
+            .args(["serve", "--listen", "127.0.0.1:0", "--rate", "max"])
+            .args(["--status-ms", "0", "--steps", &steps.to_string()])
+            .args(["--wait-for-viewers", "1", "--record"])
+            .arg(&rec);
+        let server::Server { child: mut h, addr } =
+            server::start(serve, &host.display().to_string())?;
         let started = Instant::now();
         let mut v = match Command::new(viewer)
             .args(["attach", &addr, "--json"])
@@ -65,19 +52,27 @@ pub fn run(host: &Path, viewer: &Path, steps: u64, runs: usize, dir: &Path) {
         {
             Ok(v) => v,
             Err(e) => {
-                eprintln!("cannot start {}: {e}", viewer.display());
                 let _ = h.kill();
-                return;
+                let _ = h.wait();
+                return Err(format!("cannot start {}: {e}", viewer.display()));
             }
         };
         let mut text = String::new();
-        let _ = v.stdout.take().expect("stdout").read_to_string(&mut text);
+        if let Some(mut o) = v.stdout.take() {
+            let _ = o.read_to_string(&mut text);
+        }
         let (_, attach_cpu) = cpu::wait_cpu(&mut v);
         let attach_wall = started.elapsed().as_secs_f64();
         let _ = h.wait();
         let end = json_last_line(&text);
         let verified = end["verified"].as_u64().unwrap_or(0);
         let resyncs = end["resyncs"].as_u64().unwrap_or(0);
+        if verified == 0 {
+            let _ = std::fs::remove_file(&rec);
+            return Err(format!(
+                "run {run}: `ostm-viewer attach {addr}` verified no step (its last line: {end})"
+            ));
+        }
         let started = Instant::now();
         let mut o = match Command::new(viewer)
             .arg("verify")
@@ -88,16 +83,23 @@ pub fn run(host: &Path, viewer: &Path, steps: u64, runs: usize, dir: &Path) {
             .spawn()
         {
             Ok(o) => o,
-            Err(e) => {
-                eprintln!("cannot start {}: {e}", viewer.display());
-                return;
-            }
+            Err(e) => return Err(format!("cannot start {}: {e}", viewer.display())),
         };
         let mut out = String::new();
-        let _ = o.stdout.take().expect("stdout").read_to_string(&mut out);
-        let (_, verify_cpu) = cpu::wait_cpu(&mut o);
+        if let Some(mut s) = o.stdout.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        let (status, verify_cpu) = cpu::wait_cpu(&mut o);
         let verify_wall = started.elapsed().as_secs_f64();
         let _ = std::fs::remove_file(&rec);
+        if !status.is_some_and(|s| s.success()) {
+            let status = status.map_or_else(|| "status unknown".to_string(), |s| s.to_string());
+            return Err(format!(
+                "run {run}: `ostm-viewer verify` of the host's recording did not pass \
+                 ({status}): {}",
+                out.trim()
+            ));
+        }
         let per = |c: std::time::Duration, n: u64| c.as_secs_f64() * 1e6 / n.max(1) as f64;
         let (a, b) = (per(attach_cpu, verified), per(verify_cpu, steps));
         attach.push(a);
@@ -127,4 +129,5 @@ pub fn run(host: &Path, viewer: &Path, steps: u64, runs: usize, dir: &Path) {
         ma / mv.max(f64::MIN_POSITIVE),
         la / lv.max(f64::MIN_POSITIVE),
     );
+    Ok(())
 }

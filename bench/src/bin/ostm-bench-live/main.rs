@@ -22,11 +22,12 @@ mod attach;
 mod cpu;
 mod plain;
 mod readers;
+mod server;
 
 use readers::Verifier;
-use std::io::{BufRead, BufReader};
+use server::Server;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,7 +44,11 @@ const USAGE: &str = "usage: ostm-bench-live [--host PATH] [--viewer PATH] [--vie
 
 Examples:
   ostm-bench-live --host target/release/ostm-host --rate 60 --viewers 1000 --seconds 10
-  ostm-bench-live --transport tcp,nats --nats nats://127.0.0.1:4222 --attach-steps 0";
+  ostm-bench-live --transport tcp,nats --nats nats://127.0.0.1:4222 --attach-steps 0
+
+Exit status: 0 every case measured; 2 bad arguments, or a case that could not be measured
+(a server that did not start, a viewer that failed, nothing verified): no row for it, and
+a sentence saying why.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Transport {
@@ -156,7 +161,34 @@ fn parse() -> Args {
     if a.transports.contains(&Transport::Nats) && a.nats.is_none() {
         fail("--transport nats needs --nats URL");
     }
+    if let Err(e) = writable_dir(&a.out) {
+        fail(&format!("--out {}: {e}", a.out.display()));
+    }
+    if !a.host.is_file() {
+        fail(&format!(
+            "--host {}: no such file (build it: cargo build --release -p ostm-host)",
+            a.host.display()
+        ));
+    }
+    if a.attach_steps > 0 && !a.viewer.is_file() {
+        fail(&format!(
+            "--viewer {}: no such file (build it: cargo build --release -p ostm-viewer, \
+             or give --attach-steps 0)",
+            a.viewer.display()
+        ));
+    }
     a
+}
+
+/// Whether files can be made in `dir` (the cases' stamp files and recordings go there).
+fn writable_dir(dir: &Path) -> Result<(), String> {
+    if !dir.is_dir() {
+        return Err("no such directory: create it first, or give another".into());
+    }
+    let probe = dir.join(format!(".ostm-bench-live-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| format!("cannot write a file there: {e}"))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 /// Steps between two stamps: every step at a set rate up to 1 000/s, else every 64th.
@@ -187,13 +219,6 @@ struct Row {
     resyncs: u64,
     memory_per_viewer_kib: f64,
     other_load_cores: f64,
-    failed: usize,
-}
-
-/// A started server: the process and the address it printed first.
-struct Server {
-    child: Child,
-    addr: String,
 }
 
 fn start_server(
@@ -203,11 +228,13 @@ fn start_server(
     n: usize,
     stamps: &Path,
     session: &str,
-) -> Server {
+) -> Result<Server, String> {
     let every = stamp_every(rate).to_string();
     let mut cmd = match t {
         Transport::Plain => {
-            let mut c = Command::new(std::env::current_exe().expect("this program"));
+            let me = std::env::current_exe()
+                .map_err(|e| format!("cannot find this program to run the plain loop: {e}"))?;
+            let mut c = Command::new(me);
             c.arg("plain-host").args(["--viewers", &n.to_string()]);
             c
         }
@@ -226,36 +253,23 @@ fn start_server(
     cmd.args(["--rate", &rate_arg(rate)])
         .arg("--stamps")
         .arg(stamps)
-        .args(["--stamp-every", &every])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| fail(&format!("cannot start the server: {e}")));
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first = lines.next().and_then(Result::ok).unwrap_or_default();
-    let addr = first.rsplit(' ').next().unwrap_or_default().to_string();
-    // Keep reading what it prints, so that it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-    Server { child, addr }
+        .args(["--stamp-every", &every]);
+    let what = match t {
+        Transport::Plain => "the plain loop".to_string(),
+        _ => args.host.display().to_string(),
+    };
+    server::start(cmd, &what)
 }
 
-fn stop_server(mut s: Server, t: Transport) {
-    let pid = s.child.id().to_string();
-    let sig = if t == Transport::Plain {
-        "-KILL"
-    } else {
-        "-INT"
-    };
-    let _ = Command::new("kill").args([sig, &pid]).status();
-    for _ in 0..200 {
-        if matches!(s.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = s.child.kill();
-    let _ = s.child.wait();
+fn stop_server(s: Server, t: Transport) {
+    server::stop(
+        s,
+        if t == Transport::Plain {
+            "-KILL"
+        } else {
+            "-INT"
+        },
+    );
 }
 
 fn read_stamps(path: &Path) -> std::collections::BTreeMap<u64, u128> {
@@ -316,10 +330,10 @@ fn run_case(
     rate: Option<u32>,
     n: usize,
     case: usize,
-) -> Row {
+) -> Result<Row, String> {
     let stamps = args.out.join(format!("stamps-{case}.txt"));
     let session = format!("bench{}x{case}", std::process::id());
-    let server = start_server(args, t, rate, n, &stamps, &session);
+    let server = start_server(args, t, rate, n, &stamps, &session)?;
     let pid = server.child.id();
     // At --rate max the host's record ring is full by then, so that what it holds is not
     // counted against the viewers.
@@ -348,8 +362,11 @@ fn run_case(
             }
         })
         .collect();
+    // Until every viewer has attached or ended (one that failed will not attach).
     let deadline = Instant::now() + Duration::from_secs(60);
-    while attached.load(Ordering::Relaxed) < n && Instant::now() < deadline {
+    let ended =
+        |tasks: &[tokio::task::JoinHandle<_>]| tasks.iter().filter(|t| t.is_finished()).count();
+    while attached.load(Ordering::Relaxed) + ended(&tasks) < n && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_secs(1));
@@ -382,7 +399,10 @@ fn run_case(
     };
     let host_steps = host_steps_per_s * secs;
     let mut lat_us = Vec::new();
-    let mut failed = n.saturating_sub(attached.load(Ordering::Relaxed));
+    let attached = attached.load(Ordering::Relaxed);
+    let mut failed = n.saturating_sub(attached);
+    // Each distinct failure once, with how many viewers it stopped.
+    let mut errors = std::collections::BTreeMap::<&str, usize>::new();
     for r in &results {
         match r {
             Ok(v) => {
@@ -399,12 +419,37 @@ fn run_case(
                 if !e.starts_with(readers::NOT_ATTACHED) {
                     failed += 1;
                 }
-                eprintln!("{} viewer failed: {e}", t.name());
+                *errors.entry(e.as_str()).or_default() += 1;
             }
         }
     }
+    for (e, count) in &errors {
+        eprintln!("{count} {} viewer(s) failed: {e}", t.name());
+    }
     lat_us.sort_by(f64::total_cmp);
     let records = b.verified.saturating_sub(a.verified) as f64;
+    // Nothing to divide by, or figures of fewer viewers than the row names: no row of
+    // zeros and ratios, but why.
+    let first_error = errors.keys().next().copied().unwrap_or("no error reported");
+    if attached == 0 {
+        return Err(format!("none of the {n} viewers attached ({first_error})"));
+    }
+    if failed > 0 {
+        return Err(format!(
+            "{failed} of the {n} viewers failed or never attached ({first_error})"
+        ));
+    }
+    if host_steps_per_s <= 0.0 {
+        return Err(format!(
+            "the host made no step the bench saw in the {secs:.1} s window (no stamps in {})",
+            args.out.display()
+        ));
+    }
+    if records == 0.0 {
+        return Err(format!(
+            "no viewer verified a step in the {secs:.1} s window ({first_error})"
+        ));
+    }
     let us = |d: Duration, per: f64| {
         if per > 0.0 {
             d.as_secs_f64() * 1e6 / per
@@ -416,7 +461,7 @@ fn run_case(
     let ours = host_cpu + b.viewers.saturating_sub(a.viewers) + b.nats.saturating_sub(a.nats);
     let busy =
         b.machine_busy.saturating_sub(a.machine_busy) as f64 / cpu::ticks_per_second() as f64;
-    Row {
+    Ok(Row {
         transport: t,
         viewers: n,
         host_steps_per_s,
@@ -435,8 +480,26 @@ fn run_case(
         resyncs: b.resyncs.saturating_sub(a.resyncs),
         memory_per_viewer_kib: rss_during.saturating_sub(rss_before) as f64 / n as f64,
         other_load_cores: ((busy - ours.as_secs_f64()) / secs).max(0.0),
-        failed,
-    }
+    })
+}
+
+/// Runs a case, or stops the bench saying why it cannot measure it (exit 2).
+fn case_or_stop(
+    args: &Args,
+    rt: &tokio::runtime::Runtime,
+    t: Transport,
+    rate: Option<u32>,
+    n: usize,
+    case: usize,
+) -> Row {
+    run_case(args, rt, t, rate, n, case).unwrap_or_else(|e| {
+        eprintln!(
+            "ostm-bench-live: cannot measure {} with {n} viewers at --rate {}: {e}",
+            t.name(),
+            rate_arg(rate)
+        );
+        std::process::exit(2);
+    })
 }
 
 fn f(x: f64, digits: usize) -> String {
@@ -459,7 +522,7 @@ fn print_row(r: &Row, plain: Option<&Row>) {
         f(r.memory_per_viewer_kib, 1)
     };
     println!(
-        "| {} | {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {mem} | {} | {} |",
+        "| {} | {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {mem} | {} |",
         r.transport.name(),
         r.viewers,
         f(r.host_steps_per_s, 0),
@@ -473,7 +536,6 @@ fn print_row(r: &Row, plain: Option<&Row>) {
         f(r.p99_us, 0),
         r.resyncs,
         f(r.other_load_cores, 2),
-        r.failed,
     );
 }
 
@@ -506,15 +568,15 @@ fn main() {
             args.window.as_secs()
         );
         println!();
-        println!("| transport | viewers | host steps/s | verified steps/s per viewer | host CPU per step (µs) | stepping thread CPU per step (µs) | host CPU per delivered record (µs) | × plain loop | viewers' CPU per verified step (µs) | nats-server CPU per delivered record (µs) | p50 latency (µs) | p99 latency (µs) | resyncs | host memory per viewer (KiB) | other load (cores) | failed |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("| transport | viewers | host steps/s | verified steps/s per viewer | host CPU per step (µs) | stepping thread CPU per step (µs) | host CPU per delivered record (µs) | × plain loop | viewers' CPU per verified step (µs) | nats-server CPU per delivered record (µs) | p50 latency (µs) | p99 latency (µs) | resyncs | host memory per viewer (KiB) | other load (cores) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for &n in &args.viewers {
             case += 1;
-            let plain = run_case(&args, &rt, Transport::Plain, rate, n, case);
+            let plain = case_or_stop(&args, &rt, Transport::Plain, rate, n, case);
             print_row(&plain, None);
             for &t in &args.transports {
                 case += 1;
-                let r = run_case(&args, &rt, t, rate, n, case);
+                let r = case_or_stop(&args, &rt, t, rate, n, case);
                 print_row(&r, Some(&plain));
             }
         }
@@ -523,13 +585,16 @@ fn main() {
     println!("load average after: {}", cpu::loadavg());
     if args.attach_steps > 0 {
         println!();
-        attach::run(
+        if let Err(e) = attach::run(
             &args.host,
             &args.viewer,
             args.attach_steps,
             args.attach_runs,
             &args.out,
-        );
+        ) {
+            eprintln!("ostm-bench-live: cannot measure attach beside verify: {e}");
+            std::process::exit(2);
+        }
     }
 }
 
@@ -562,6 +627,9 @@ fn readers_only(rest: Vec<String>) {
             "--viewers" => n = v.parse().unwrap_or(1),
             _ => fail(&format!("readers: unknown option {k}")),
         }
+    }
+    if addr.is_empty() {
+        fail("readers: --addr HOST:PORT is needed (the host to read)");
     }
     if let Err(e) = cpu::raise_fd_limit(n as u64 + 64) {
         fail(&e);
@@ -599,8 +667,13 @@ fn readers_only(rest: Vec<String>) {
     for e in results.iter().filter_map(|r| r.as_ref().err()) {
         eprintln!("viewer failed: {e}");
     }
-    println!(
-        "viewers {n} attached {} failed {failed} verified {verified}",
-        attached.load(Ordering::Relaxed)
-    );
+    let attached = attached.load(Ordering::Relaxed);
+    println!("viewers {n} attached {attached} failed {failed} verified {verified}");
+    if failed > 0 || attached < n || verified == 0 {
+        eprintln!(
+            "ostm-bench-live readers: measured nothing whole: {attached} of {n} viewers \
+             attached, {failed} failed, {verified} steps verified (is a host serving {addr}?)"
+        );
+        std::process::exit(2);
+    }
 }
