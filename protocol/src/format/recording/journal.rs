@@ -148,27 +148,16 @@ impl Assembled {
 }
 
 /// Why an assembly failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum AssembleError {
     /// The in-progress file holds no replay: its header, row 0 or header check is cut
     /// short, malformed or does not hold.
+    #[error(transparent)]
     Input(FormatError),
     /// The replay could not be written (nothing of it is left: `out.part.tmp` is removed).
+    #[error("cannot write {}: {err}{}", .path.display(), why_io(.err))]
     Output { path: PathBuf, err: io::Error },
 }
-
-impl std::fmt::Display for AssembleError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AssembleError::Input(e) => write!(f, "{e}"),
-            AssembleError::Output { path, err } => {
-                write!(f, "cannot write {}: {err}{}", path.display(), why_io(err))
-            }
-        }
-    }
-}
-
-impl std::error::Error for AssembleError {}
 
 /// What a write error usually means, for a person: ` (the disk is full)`, ` (a file-size
 /// limit is reached: ulimit -f)`, ` (the file system is read-only)`, or nothing.
@@ -583,4 +572,30 @@ pub fn assemble(journal: &Path, out: &Path, verify: bool) -> Result<Assembled, A
             kind,
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AssembleError, FormatError};
+    use std::io;
+
+    /// The text users and scripts read, byte for byte (derived with thiserror, once
+    /// written by hand).
+    #[test]
+    fn an_assembly_error_reads_as_it_always_has() {
+        let e = FormatError::new("a.ostm.part", 12, "expected a header check");
+        assert_eq!(AssembleError::Input(e.clone()).to_string(), e.to_string());
+        let full = io::Error::from(io::ErrorKind::StorageFull);
+        let text = format!("cannot write out/r.ostm: {full} (the disk is full)");
+        let full = AssembleError::Output {
+            path: "out/r.ostm".into(),
+            err: full,
+        };
+        assert_eq!(full.to_string(), text);
+        let other = AssembleError::Output {
+            path: "r.ostm".into(),
+            err: io::Error::other("odd"),
+        };
+        assert_eq!(other.to_string(), "cannot write r.ostm: odd");
+    }
 }
