@@ -13,6 +13,7 @@ use futures::StreamExt;
 use ostm_protocol::wire::{
     EncodedFrame, End, EndReason, PeerRole, SnapshotKind, ToHost, ToViewer, Welcome, VERSION,
 };
+use ostm_protocol::FormatError;
 use ostm_runtime::{HostFrameCodec, WireError};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -185,45 +186,50 @@ struct Left {
     why: Why,
 }
 
-/// Why an attached viewer left.
+/// Why an attached viewer left: displayed as the end of the operator's line.
+#[derive(Debug, thiserror::Error)]
 enum Why {
     /// The host sent an end: the stream ended (finished, shutdown, host error), or the
     /// host closed it for what the viewer did (silent, protocol error).
+    #[error("ended {}: {}", .0.reason.name(), .0.text)]
     Ended(End),
     /// The viewer closed its side (or its connection failed) first.
+    #[error("closed by the viewer")]
     Closed,
     /// A write to the viewer made no progress for the stall timeout.
+    #[error("dropped: stalled: no write progress for {} ms", .0.as_millis())]
     Stalled(Duration),
     /// A write to the viewer failed otherwise.
-    Dropped(String),
+    #[error("dropped: write failed: {0}")]
+    WriteFailed(std::io::Error),
+    /// The fan-out did not give the writer back (not reached: only the connection's own
+    /// task takes it back).
+    #[error("dropped: the connection lost its writer")]
+    WriterLost,
+}
+
+impl Why {
+    /// Whether the viewer was dropped or closed for misbehaving (logged at `warn`).
+    fn bad(&self) -> bool {
+        match self {
+            Why::Ended(end) => matches!(end.reason, EndReason::Silent | EndReason::ProtocolError),
+            Why::Closed => false,
+            Why::Stalled(_) | Why::WriteFailed(_) | Why::WriterLost => true,
+        }
+    }
 }
 
 impl Left {
     /// Logs `viewer ADDR left at step S: WHY`, one line, at `info` when the stream ended or
     /// the viewer closed, at `warn` when the viewer was dropped or closed for misbehaving.
     fn log(&self, peer: SocketAddr, id: u64, host_step: u64) {
-        let (step, resyncs) = (self.step, self.resyncs);
-        let (why, bad) = match &self.why {
-            Why::Ended(end) => (
-                format!("ended {}: {}", end.reason.name(), end.text),
-                matches!(end.reason, EndReason::Silent | EndReason::ProtocolError),
-            ),
-            Why::Closed => ("closed by the viewer".to_string(), false),
-            Why::Stalled(t) => (
-                format!(
-                    "dropped: stalled: no write progress for {} ms",
-                    t.as_millis()
-                ),
-                true,
-            ),
-            Why::Dropped(e) => (format!("dropped: {e}"), true),
-        };
+        let (step, resyncs, why) = (self.step, self.resyncs, &self.why);
         let tail = match resyncs {
             0 => String::new(),
             1 => " (resynced once)".to_string(),
             n => format!(" (resynced {n} times)"),
         };
-        if bad {
+        if why.bad() {
             warn!(
                 id,
                 step, host_step, resyncs, "viewer {peer} left at step {step}: {why}{tail}"
@@ -283,6 +289,83 @@ const HELLO_ROLE_AT: u64 = 15;
 /// The offset of the version in a hello frame.
 const HELLO_VERSION_AT: u64 = 13;
 
+/// Why a hello is refused; displayed as the refusal's text after the peer and offset it
+/// is about, where it has one ([`HelloRefused::offset`]).
+#[derive(Debug, thiserror::Error)]
+enum HelloRefused {
+    #[error("closed before its hello")]
+    Closed,
+    #[error("failed before its hello: {0}")]
+    Failed(std::io::Error),
+    /// A malformed first frame: the codec's error names the peer and offset itself.
+    #[error("not an ostm viewer: {0}")]
+    NotOstm(FormatError),
+    #[error("expected a hello (0x01) first, found {0}")]
+    NotHello(&'static str),
+    #[error("the host speaks protocol version {VERSION}, the viewer sent version {0}")]
+    Version(u16),
+    #[error("expected role 1 (viewer), found role {0}")]
+    Role(u8),
+    #[error("this host requires a token; none was sent")]
+    NoToken,
+    #[error("the token does not match")]
+    BadToken,
+}
+
+impl HelloRefused {
+    fn reason(&self) -> EndReason {
+        match self {
+            HelloRefused::Version(_) => EndReason::VersionMismatch,
+            HelloRefused::NoToken | HelloRefused::BadToken => EndReason::BadToken,
+            _ => EndReason::NotAViewer,
+        }
+    }
+
+    /// The offset the text names, for a hello frame starting at `hello_at`; `None` when
+    /// the text names none (the codec's own error has its offset, a token has none).
+    fn offset(&self, hello_at: u64) -> Option<u64> {
+        match self {
+            HelloRefused::Closed | HelloRefused::Failed(_) | HelloRefused::NotHello(_) => {
+                Some(hello_at)
+            }
+            HelloRefused::Version(_) => Some(hello_at + HELLO_VERSION_AT),
+            HelloRefused::Role(_) => Some(hello_at + HELLO_ROLE_AT),
+            HelloRefused::NotOstm(_) | HelloRefused::NoToken | HelloRefused::BadToken => None,
+        }
+    }
+
+    /// Whether the peer spoke the protocol far enough to read an end (then it is given
+    /// time to close its side).
+    fn linger(&self) -> bool {
+        matches!(
+            self,
+            HelloRefused::Version(_)
+                | HelloRefused::Role(_)
+                | HelloRefused::NoToken
+                | HelloRefused::BadToken
+        )
+    }
+
+    /// Whether the peer broke the protocol (counted among the protocol errors).
+    fn protocol_error(&self) -> bool {
+        matches!(self, HelloRefused::NotOstm(_) | HelloRefused::NotHello(_))
+    }
+
+    /// The refusal's text for `peer`, whose hello started at `hello_at`.
+    fn text(&self, peer: &str, hello_at: u64) -> String {
+        match self.offset(hello_at) {
+            Some(at) => format!("{peer}: at offset {at}: {self}"),
+            None => self.to_string(),
+        }
+    }
+
+    /// The refusal to send `peer`, whose hello started at `hello_at`.
+    fn refusal(self, peer: &str, hello_at: u64, hub: &Hub) -> Refusal {
+        let text = self.text(peer, hello_at);
+        Refusal::new(self.reason(), text, hub, self.linger())
+    }
+}
+
 /// Reads the hello and checks version, role and token; `Err` is the refusal to send.
 /// Every refusal's text names the peer and the offset it is about, as docs/protocol.md
 /// ("Errors") gives them.
@@ -292,81 +375,39 @@ async fn handshake(
     cfg: &ConnConfig,
     peer: &str,
 ) -> Result<(), Refusal> {
-    let refuse = |reason, at: u64, text: String, linger: bool| {
-        Refusal::new(
-            reason,
-            format!("{peer}: at offset {at}: {text}"),
-            hub,
-            linger,
-        )
-    };
     let at = reader.decoder().consumed();
+    check_hello(reader, cfg).await.map_err(|why| {
+        if why.protocol_error() {
+            hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        why.refusal(peer, at, hub)
+    })
+}
+
+/// The hello's checks, in order: a hello first, its version, its role, the token.
+async fn check_hello(reader: &mut Reader, cfg: &ConnConfig) -> Result<(), HelloRefused> {
     let hello = match reader.next().await {
-        None => {
-            return Err(refuse(
-                EndReason::NotAViewer,
-                at,
-                "closed before its hello".into(),
-                false,
-            ))
-        }
-        Some(Err(WireError::Io(e))) => {
-            return Err(refuse(
-                EndReason::NotAViewer,
-                at,
-                format!("failed before its hello: {e}"),
-                false,
-            ))
-        }
-        Some(Err(WireError::Format(e))) => {
-            hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
-            return Err(Refusal::new(
-                EndReason::NotAViewer,
-                format!("not an ostm viewer: {e}"),
-                hub,
-                false,
-            ));
-        }
+        None => return Err(HelloRefused::Closed),
+        Some(Err(WireError::Io(e))) => return Err(HelloRefused::Failed(e)),
+        Some(Err(WireError::Format(e))) => return Err(HelloRefused::NotOstm(e)),
         Some(Ok(ToHost::Hello(h))) => h,
-        Some(Ok(other)) => {
-            hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
-            return Err(refuse(
-                EndReason::NotAViewer,
-                at,
-                format!("expected a hello (0x01) first, found {}", name(&other)),
-                false,
-            ));
-        }
+        Some(Ok(other)) => return Err(HelloRefused::NotHello(name(&other))),
     };
     if hello.version != VERSION {
-        return Err(refuse(
-            EndReason::VersionMismatch,
-            at + HELLO_VERSION_AT,
-            format!(
-                "the host speaks protocol version {VERSION}, the viewer sent version {}",
-                hello.version
-            ),
-            true,
-        ));
+        return Err(HelloRefused::Version(hello.version));
     }
     if hello.role != PeerRole::Viewer as u8 {
-        return Err(refuse(
-            EndReason::NotAViewer,
-            at + HELLO_ROLE_AT,
-            format!("expected role 1 (viewer), found role {}", hello.role),
-            true,
-        ));
+        return Err(HelloRefused::Role(hello.role));
     }
     if let Some(token) = &cfg.token {
         // Constant time in the token's bytes, so timing does not reveal a matching prefix.
         let matches: bool = hello.token.as_slice().ct_eq(token.as_bytes()).into();
         if !matches {
-            let why = if hello.token.is_empty() {
-                "this host requires a token; none was sent"
+            return Err(if hello.token.is_empty() {
+                HelloRefused::NoToken
             } else {
-                "the token does not match"
-            };
-            return Err(Refusal::new(EndReason::BadToken, why.into(), hub, true));
+                HelloRefused::BadToken
+            });
         }
     }
     Ok(())
@@ -416,7 +457,7 @@ fn failed(e: std::io::Error) -> Why {
         std::io::ErrorKind::BrokenPipe
         | std::io::ErrorKind::ConnectionReset
         | std::io::ErrorKind::ConnectionAborted => Why::Closed,
-        _ => Why::Dropped(format!("write failed: {e}")),
+        _ => Why::WriteFailed(e),
     }
 }
 
@@ -733,7 +774,7 @@ impl Attached<'_> {
         };
         let Some(back) = direct.unpark() else {
             // Not reached: only this task takes the writer back.
-            return Err(Why::Dropped("the connection lost its writer".into()));
+            return Err(Why::WriterLost);
         };
         self.position = back.position;
         self.left.step = back.step;
@@ -817,6 +858,39 @@ fn note_stall(hub: &Hub, why: &Why) {
     }
 }
 
+/// Why the host closes an attached viewer's connection for what it did (the end's text).
+#[derive(Debug, thiserror::Error)]
+enum Misbehaved {
+    #[error("nothing received for {} ms", .0.as_millis())]
+    Silent(Duration),
+    /// A malformed frame: the codec's error names the peer and offset.
+    #[error(transparent)]
+    Malformed(FormatError),
+    #[error(
+        "{peer}: at offset {at}: expected a drift request (0x02) or heartbeat (0x03), \
+         found a second hello (0x01)"
+    )]
+    SecondHello { peer: String, at: u64 },
+}
+
+impl Misbehaved {
+    /// The end that closes the connection, at the host's step.
+    fn end(self, hub: &Hub) -> End {
+        let reason = match self {
+            Misbehaved::Silent(_) => EndReason::Silent,
+            Misbehaved::Malformed(_) | Misbehaved::SecondHello { .. } => {
+                hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                EndReason::ProtocolError
+            }
+        };
+        End {
+            reason,
+            text: self.to_string(),
+            host_step: hub.step(),
+        }
+    }
+}
+
 async fn read_loop(
     mut reader: Reader,
     ctl: mpsc::Sender<Control>,
@@ -826,33 +900,25 @@ async fn read_loop(
     loop {
         let at = reader.decoder().consumed();
         let msg = match timeout(silence, reader.next()).await {
-            Err(_) => {
-                let text = format!("nothing received for {} ms", silence.as_millis());
-                let _ = ctl
-                    .send(Control::Close(Box::new(End {
-                        reason: EndReason::Silent,
-                        text,
-                        host_step: hub.step(),
-                    })))
-                    .await;
-                return;
-            }
+            Err(_) => Err(Misbehaved::Silent(silence)),
             Ok(None) | Ok(Some(Err(WireError::Io(_)))) => {
                 let _ = ctl.send(Control::Gone).await;
                 return;
             }
-            Ok(Some(Err(WireError::Format(e)))) => {
-                hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
-                let _ = ctl
-                    .send(Control::Close(Box::new(End {
-                        reason: EndReason::ProtocolError,
-                        text: e.to_string(),
-                        host_step: hub.step(),
-                    })))
-                    .await;
+            Ok(Some(Err(WireError::Format(e)))) => Err(Misbehaved::Malformed(e)),
+            Ok(Some(Ok(ToHost::Hello(_)))) => Err(Misbehaved::SecondHello {
+                peer: reader.decoder().name().to_string(),
+                at,
+            }),
+            Ok(Some(Ok(m))) => Ok(m),
+        };
+        let msg = match msg {
+            Ok(m) => m,
+            Err(why) => {
+                let end = why.end(&hub);
+                let _ = ctl.send(Control::Close(Box::new(end))).await;
                 return;
             }
-            Ok(Some(Ok(m))) => m,
         };
         match msg {
             ToHost::Heartbeat { viewer_step } => debug!(viewer_step, "heartbeat"),
@@ -866,19 +932,100 @@ async fn read_loop(
                     return;
                 }
             }
-            ToHost::Hello(_) => {
-                hub.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
-                let end = End {
-                    reason: EndReason::ProtocolError,
-                    text: format!(
-                        "{}: at offset {at}: expected a drift request (0x02) or heartbeat (0x03), found a second hello (0x01)",
-                        reader.decoder().name()
-                    ),
-                    host_step: hub.step(),
-                };
-                let _ = ctl.send(Control::Close(Box::new(end))).await;
-                return;
-            }
+            // Taken above.
+            ToHost::Hello(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{HelloRefused, Misbehaved, Why};
+    use ostm_protocol::wire::{End, EndReason, VERSION};
+    use ostm_protocol::FormatError;
+    use std::time::Duration;
+
+    /// The texts a viewer reads in its end message and an operator in the log, byte for
+    /// byte as they were written by hand before these types.
+    #[test]
+    fn refusals_and_departures_read_as_they_always_have() {
+        let p = "127.0.0.1:5000";
+        let cases = [
+            (HelloRefused::Closed, format!("{p}: at offset 0: closed before its hello")),
+            (
+                HelloRefused::Failed(std::io::Error::other("reset")),
+                format!("{p}: at offset 0: failed before its hello: reset"),
+            ),
+            (
+                HelloRefused::NotOstm(FormatError::new(p, 4, "expected magic")),
+                format!("not an ostm viewer: {p}: at offset 4: expected magic"),
+            ),
+            (
+                HelloRefused::NotHello("a heartbeat (0x03)"),
+                format!("{p}: at offset 0: expected a hello (0x01) first, found a heartbeat (0x03)"),
+            ),
+            (
+                HelloRefused::Version(9),
+                format!(
+                    "{p}: at offset 13: the host speaks protocol version {VERSION}, the viewer sent version 9"
+                ),
+            ),
+            (
+                HelloRefused::Role(2),
+                format!("{p}: at offset 15: expected role 1 (viewer), found role 2"),
+            ),
+            (
+                HelloRefused::NoToken,
+                "this host requires a token; none was sent".to_string(),
+            ),
+            (HelloRefused::BadToken, "the token does not match".to_string()),
+        ];
+        for (why, text) in cases {
+            assert_eq!(why.text(p, 0), text);
+        }
+        assert_eq!(
+            HelloRefused::Role(2).text(p, 100),
+            format!("{p}: at offset 115: expected role 1 (viewer), found role 2")
+        );
+        assert_eq!(
+            Misbehaved::Silent(Duration::from_secs(10)).to_string(),
+            "nothing received for 10000 ms"
+        );
+        let bad = FormatError::new(p, 40, "unknown message type 0x09");
+        assert_eq!(
+            Misbehaved::Malformed(bad.clone()).to_string(),
+            bad.to_string()
+        );
+        assert_eq!(
+            Misbehaved::SecondHello { peer: p.into(), at: 40 }.to_string(),
+            format!(
+                "{p}: at offset 40: expected a drift request (0x02) or heartbeat (0x03), found a second hello (0x01)"
+            )
+        );
+        let end = End {
+            reason: EndReason::Finished,
+            text: "the host ran its 5 steps".into(),
+            host_step: 5,
+        };
+        assert_eq!(
+            Why::Ended(end).to_string(),
+            format!(
+                "ended {}: the host ran its 5 steps",
+                EndReason::Finished.name()
+            )
+        );
+        assert_eq!(Why::Closed.to_string(), "closed by the viewer");
+        assert_eq!(
+            Why::Stalled(Duration::from_millis(2500)).to_string(),
+            "dropped: stalled: no write progress for 2500 ms"
+        );
+        assert_eq!(
+            Why::WriteFailed(std::io::Error::other("broken")).to_string(),
+            "dropped: write failed: broken"
+        );
+        assert_eq!(
+            Why::WriterLost.to_string(),
+            "dropped: the connection lost its writer"
+        );
     }
 }

@@ -7,12 +7,10 @@ use crate::fan_out::FanOut;
 use crate::hub::{Hub, Limits};
 use crate::pending::Pending;
 use crate::source::{Source, DEFAULT_SETUP};
-use crate::stepper::{self, Plan};
+use crate::stepper::{self, Plan, Stopped};
 use ostm_protocol::format::recording::check_target;
 use ostm_protocol::sim::world::MAX_BODIES;
-use ostm_protocol::wire::{
-    End, EndReason, PeerRole, Welcome, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
-};
+use ostm_protocol::wire::{End, PeerRole, Welcome, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION};
 use ostm_protocol::{Dims, Setup};
 use ostm_runtime::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
 use ostm_runtime::DEFAULT_PORT;
@@ -563,7 +561,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     let end = loop {
         tokio::select! {
             done = &mut stepping => {
-                break done.unwrap_or_else(|_| End { reason: EndReason::HostError, text: "the stepping loop failed".into(), host_step: hub.step() });
+                break done.unwrap_or_else(|_| Stopped::Failed.end(hub.step()));
             }
             _ = &mut shutdown, if !stopping => {
                 info!("stopping");

@@ -9,6 +9,7 @@ use ostm_protocol::format::recording::{Durability, Recorder};
 use ostm_protocol::wire::{
     EncodedFrame, End, EndReason, FrameTooLong, HostCodec, Record, ToViewer,
 };
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,14 +79,58 @@ impl Frames {
     }
 }
 
+/// Why the stepping loop stopped: the end's reason ([`Stopped::reason`]) and its text.
+#[derive(Debug, thiserror::Error)]
+pub enum Stopped {
+    #[error("the host was stopped")]
+    Shutdown,
+    #[error("the host ran its {0} steps")]
+    RanSteps(u64),
+    #[error("the replay's last step was served")]
+    ReplayServed,
+    #[error("cannot record to {}: {err}", .path.display())]
+    CannotRecord { path: PathBuf, err: io::Error },
+    #[error("cannot write the recording: {0}")]
+    CannotFlush(io::Error),
+    #[error("cannot encode step {step}: {err}")]
+    CannotEncode { step: u64, err: FrameTooLong },
+    #[error("cannot record step {step}: {err}")]
+    CannotRecordStep { step: u64, err: io::Error },
+    #[error("cannot finish the recording {}: {err}", .path.display())]
+    CannotFinish { path: PathBuf, err: io::Error },
+    /// The stepping thread itself failed (it panicked).
+    #[error("the stepping loop failed")]
+    Failed,
+}
+
+impl Stopped {
+    /// The end message's reason.
+    pub fn reason(&self) -> EndReason {
+        match self {
+            Stopped::Shutdown => EndReason::Shutdown,
+            Stopped::RanSteps(_) | Stopped::ReplayServed => EndReason::Finished,
+            _ => EndReason::HostError,
+        }
+    }
+
+    /// The end message: this reason and text, at `host_step`.
+    pub fn end(&self, host_step: u64) -> End {
+        End {
+            reason: self.reason(),
+            text: self.to_string(),
+            host_step,
+        }
+    }
+}
+
 /// Flushes the host's recording when a flush is due (docs/replay-format.md, "The
 /// in-progress file": at least every 250 ms while the host runs, also when it waits).
-fn flush_due(hub: &Hub, recorder: &mut Option<Recorder>) -> Result<(), String> {
+fn flush_due(hub: &Hub, recorder: &mut Option<Recorder>) -> Result<(), Stopped> {
     let Some(r) = recorder.as_mut() else {
         return Ok(());
     };
     match r.flush_due(Instant::now()) {
-        Err(e) => Err(format!("cannot write the recording: {e}")),
+        Err(e) => Err(Stopped::CannotFlush(e)),
         Ok(true) => {
             hub.counters
                 .recorded
@@ -122,11 +167,7 @@ pub fn run(
     mut feed: Option<Feed>,
     cancel: CancellationToken,
 ) -> End {
-    let end = |reason, text: String, step| End {
-        reason,
-        text,
-        host_step: step,
-    };
+    let end = |why: Stopped, step| why.end(step);
     let mut recorder = match &plan.record {
         Some(path) => match Recorder::create_with(
             path,
@@ -135,12 +176,12 @@ pub fn run(
             plan.durability,
         ) {
             Ok(r) => Some(r),
-            Err(e) => {
-                let e = end(
-                    EndReason::HostError,
-                    format!("cannot record to {}: {e}", path.display()),
-                    source.world().step,
-                );
+            Err(err) => {
+                let why = Stopped::CannotRecord {
+                    path: path.clone(),
+                    err,
+                };
+                let e = end(why, source.world().step);
                 hub.end(e.clone());
                 return e;
             }
@@ -168,8 +209,8 @@ pub fn run(
         && !cancel.is_cancelled()
     {
         std::thread::sleep(Duration::from_millis(5));
-        if let Err(e) = flush_due(&hub, &mut recorder) {
-            let e = end(EndReason::HostError, e, source.world().step);
+        if let Err(why) = flush_due(&hub, &mut recorder) {
+            let e = end(why, source.world().step);
             hub.end(e.clone());
             return e;
         }
@@ -179,18 +220,10 @@ pub fn run(
     let mut done: u64 = 0;
     let result = loop {
         if cancel.is_cancelled() {
-            break end(
-                EndReason::Shutdown,
-                "the host was stopped".into(),
-                source.world().step,
-            );
+            break end(Stopped::Shutdown, source.world().step);
         }
         if plan.steps == Some(done) {
-            break end(
-                EndReason::Finished,
-                format!("the host ran its {done} steps"),
-                source.world().step,
-            );
+            break end(Stopped::RanSteps(done), source.world().step);
         }
         if let Some(rate) = plan.rate {
             let due = started + Duration::from_secs_f64(done as f64 / rate.max(1) as f64);
@@ -206,11 +239,7 @@ pub fn run(
             }
         }
         let Some(input) = source.next_input() else {
-            break end(
-                EndReason::Finished,
-                "the replay's last step was served".into(),
-                source.world().step,
-            );
+            break end(Stopped::ReplayServed, source.world().step);
         };
         let world = source.world_mut();
         let step = world.step;
@@ -245,13 +274,7 @@ pub fn run(
         });
         let frame = match frames.encode(record) {
             Ok(f) => f,
-            Err(e) => {
-                break end(
-                    EndReason::HostError,
-                    format!("cannot encode step {step}: {e}"),
-                    step,
-                )
-            }
+            Err(err) => break end(Stopped::CannotEncode { step, err }, step),
         };
         if let Some(out) = stamps
             .as_mut()
@@ -272,16 +295,15 @@ pub fn run(
             &frame,
         );
         if let Some(r) = recorder.as_mut() {
-            if let Err(e) = r.push(&input.bytes, hash) {
+            if let Err(err) = r.push(&input.bytes, hash) {
                 break end(
-                    EndReason::HostError,
-                    format!("cannot record step {step}: {e}"),
+                    Stopped::CannotRecordStep { step, err },
                     step.wrapping_add(1),
                 );
             }
         }
-        if let Err(e) = flush_due(&hub, &mut recorder) {
-            break end(EndReason::HostError, e, step.wrapping_add(1));
+        if let Err(why) = flush_due(&hub, &mut recorder) {
+            break end(why, step.wrapping_add(1));
         }
         done += 1;
     };
@@ -298,13 +320,9 @@ pub fn run(
         let path = r.path().to_path_buf();
         match r.finish() {
             Ok(n) => info!(steps = n, path = %path.display(), "host recording written"),
-            Err(e) => {
-                warn!(path = %path.display(), "cannot finish the host recording: {e}");
-                return end(
-                    EndReason::HostError,
-                    format!("cannot finish the recording {}: {e}", path.display()),
-                    result.host_step,
-                );
+            Err(err) => {
+                warn!(path = %path.display(), "cannot finish the host recording: {err}");
+                return end(Stopped::CannotFinish { path, err }, result.host_step);
             }
         }
     }
@@ -317,6 +335,76 @@ mod tests {
     use crate::hub::Limits;
     use ostm_protocol::wire::DriftStatus;
     use ostm_protocol::{Dims, Setup, World};
+
+    /// The end texts viewers read, byte for byte as they were written by hand before
+    /// [`Stopped`], with their reasons.
+    #[test]
+    fn stop_reasons_read_as_they_always_have() {
+        let e = || io::Error::other("disk gone");
+        let cases = [
+            (
+                Stopped::Shutdown,
+                EndReason::Shutdown,
+                "the host was stopped".to_string(),
+            ),
+            (
+                Stopped::RanSteps(7),
+                EndReason::Finished,
+                "the host ran its 7 steps".into(),
+            ),
+            (
+                Stopped::ReplayServed,
+                EndReason::Finished,
+                "the replay's last step was served".into(),
+            ),
+            (
+                Stopped::CannotRecord {
+                    path: "r/h.ostm".into(),
+                    err: e(),
+                },
+                EndReason::HostError,
+                "cannot record to r/h.ostm: disk gone".into(),
+            ),
+            (
+                Stopped::CannotFlush(e()),
+                EndReason::HostError,
+                "cannot write the recording: disk gone".into(),
+            ),
+            (
+                Stopped::CannotEncode {
+                    step: 3,
+                    err: FrameTooLong { len: 9 },
+                },
+                EndReason::HostError,
+                format!("cannot encode step 3: {}", FrameTooLong { len: 9 }),
+            ),
+            (
+                Stopped::CannotRecordStep { step: 4, err: e() },
+                EndReason::HostError,
+                "cannot record step 4: disk gone".into(),
+            ),
+            (
+                Stopped::CannotFinish {
+                    path: "h.ostm".into(),
+                    err: e(),
+                },
+                EndReason::HostError,
+                "cannot finish the recording h.ostm: disk gone".into(),
+            ),
+            (
+                Stopped::Failed,
+                EndReason::HostError,
+                "the stepping loop failed".into(),
+            ),
+        ];
+        for (why, reason, text) in cases {
+            let end = why.end(12);
+            assert_eq!(
+                (end.reason, end.text.as_str(), end.host_step),
+                (reason, text.as_str(), 12)
+            );
+        }
+    }
 
     /// Stands for the NATS feed: asks the hub, as a viewer's drift request would, about
     /// the step each record brings the world to, at the moment the record is handed over.
