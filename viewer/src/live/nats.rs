@@ -17,7 +17,7 @@ use ostm_protocol::wire::nats::{
     RATE_HEADER,
 };
 use ostm_protocol::wire::{DriftReply, PeerRole, ToHost, ToViewer, ViewerCodec, Welcome, VERSION};
-use ostm_protocol::World;
+use ostm_protocol::{FormatError, World};
 use ostm_runtime::cli::NatsAuthArgs;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -99,6 +99,62 @@ impl Target {
     }
 }
 
+/// Why the NATS reader stopped reading a session; the text the verdict gives (the spool
+/// carries it as [`Item::Lost`]'s `why`). `session` is `URL/NAME`, `stream` the stream's
+/// name.
+#[derive(Debug, thiserror::Error)]
+pub enum Lost {
+    /// The NATS options could not be made (the credentials file): their own sentence.
+    #[error("{0}")]
+    Options(String),
+    #[error("cannot connect to NATS at {url}: {err}")]
+    Connect {
+        url: String,
+        err: async_nats::ConnectError,
+    },
+    #[error("no session {name} on {url} (stream {stream}): {err}")]
+    NoSession {
+        name: String,
+        url: String,
+        stream: String,
+        err: String,
+    },
+    #[error("{session}: no keyframe yet on {subject}: {err}")]
+    NoKeyframeYet {
+        session: String,
+        subject: String,
+        err: String,
+    },
+    #[error("cannot read the keyframes of {stream}: {err}")]
+    Keyframes { stream: String, err: String },
+    /// A keyframe message without its stream information.
+    #[error("{0}")]
+    KeyframeInfo(String),
+    #[error(
+        "{session}: the stream holds no keyframe at or before step {step} (its oldest has \
+         gone, or the session started later)"
+    )]
+    NoKeyframeAtOrBefore { session: String, step: u64 },
+    /// A message refused (malformed, not a record, a keyframe of another world): the
+    /// error names the subject, the stream sequence and the byte offset.
+    #[error(transparent)]
+    Refused(#[from] FormatError),
+    #[error("cannot spool the keyframe")]
+    SpoolKeyframe,
+    #[error("cannot read the stream {stream} for {} s: {err}", SILENCE.as_secs())]
+    CannotRead { stream: String, err: String },
+    #[error(
+        "the session {name} on {url} sent nothing for {} ms (its host publishes a record \
+         every step, at least one a second)",
+        SILENCE.as_millis()
+    )]
+    Silent { name: String, url: String },
+    #[error("the stream {stream} ended")]
+    StreamEnded { stream: String },
+    #[error("cannot spool the stream's records to disk: {0}")]
+    Spool(std::io::Error),
+}
+
 /// Runs the reader until the stream ends, fails, or `cancel` fires.
 pub async fn run(
     dial: Dial,
@@ -106,26 +162,29 @@ pub async fn run(
     shared: Arc<Shared>,
     mut from_verifier: mpsc::UnboundedReceiver<ToHost>,
     replies: std::sync::mpsc::Sender<Result<DriftReply, String>>,
-) -> Ended {
+) -> Ended<Lost> {
     let t = &dial.target;
     let s = &t.session;
     let client = match dial.auth.connect_options().await {
         Ok(o) => match o.connect(&t.url).await {
             Ok(c) => c,
-            Err(e) => return Ended::Broken(format!("cannot connect to NATS at {}: {e}", t.url)),
+            Err(err) => {
+                let url = t.url.clone();
+                return Ended::Broken(Lost::Connect { url, err });
+            }
         },
-        Err(e) => return Ended::Broken(e),
+        Err(e) => return Ended::Broken(Lost::Options(e)),
     };
     let js = jetstream::new(client.clone());
     let stream = match js.get_stream(s.stream()).await {
         Ok(st) => st,
         Err(e) => {
-            return Ended::Broken(format!(
-                "no session {} on {} (stream {}): {e}",
-                s.name(),
-                t.url,
-                s.stream()
-            ))
+            return Ended::Broken(Lost::NoSession {
+                name: s.name().to_string(),
+                url: t.url.clone(),
+                stream: s.stream(),
+                err: e.to_string(),
+            })
         }
     };
     let keys = s.keyframes();
@@ -134,8 +193,12 @@ pub async fn run(
         None => match stream.direct_get_last_for_subject(&keys).await {
             Ok(m) => wire::keyframe(&t.place(&keys, m.sequence), &m.payload)
                 .map(|w| (m.sequence, w, rate(&m.headers)))
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(format!("{}: no keyframe yet on {keys}: {e}", t.name())),
+                .map_err(Lost::Refused),
+            Err(e) => Err(Lost::NoKeyframeYet {
+                session: t.name(),
+                subject: keys.clone(),
+                err: e.to_string(),
+            }),
         },
         Some(step) => find_keyframe(&stream, t, &keys, step).await,
     };
@@ -161,7 +224,7 @@ pub async fn run(
         queue: 0,
     };
     if spool.push(Item::Attached { welcome, world }).is_err() {
-        return Ended::Broken("cannot spool the keyframe".into());
+        return Ended::Broken(Lost::SpoolKeyframe);
     }
     let filter = s.filter();
     // A server busy delivering to many others may time out the consumer's creation: it is
@@ -171,12 +234,11 @@ pub async fn run(
     let mut messages = loop {
         match read_from(&stream, &filter, key_seq + 1).await {
             Ok(m) => break m,
-            Err(e) if asked.elapsed() >= SILENCE => {
-                return Ended::Broken(format!(
-                    "cannot read the stream {} for {} s: {e}",
-                    s.stream(),
-                    SILENCE.as_secs()
-                ))
+            Err(err) if asked.elapsed() >= SILENCE => {
+                return Ended::Broken(Lost::CannotRead {
+                    stream: s.stream(),
+                    err,
+                })
             }
             Err(e) => {
                 debug!(error = %e, "cannot create the stream's consumer yet: asking again");
@@ -194,13 +256,12 @@ pub async fn run(
             m = messages.next() => m,
             _ = tokio::time::sleep(RESUME_AFTER) => {
                 if heard.elapsed() >= SILENCE {
-                    let why = format!(
-                        "the session {} on {} sent nothing for {} ms (its host publishes a record every step, at least one a second)",
-                        s.name(), t.url, SILENCE.as_millis()
-                    );
                     reading.open_gap(0, "before the session was lost");
                     let _ = spool.push_all(&mut reading.batch);
-                    return Ended::Lost(why);
+                    return Ended::Lost(Lost::Silent {
+                        name: s.name().to_string(),
+                        url: t.url.clone(),
+                    });
                 }
                 // Quiet for a while (a restarted server, a lost consumer): read on from
                 // the message after the last one taken with a new consumer.
@@ -218,7 +279,7 @@ pub async fn run(
             }
         };
         let msg = match msg {
-            None => return Ended::Lost(format!("the stream {} ended", s.stream())),
+            None => return Ended::Lost(Lost::StreamEnded { stream: s.stream() }),
             Some(Err(e)) => {
                 // The ordered consumer recreates itself after a server restart; a gap
                 // this leaves is found by step number.
@@ -237,7 +298,7 @@ pub async fn run(
         let taken = reading.message(msg.subject.as_str(), seq, &msg.payload);
         // What was whole and valid goes to the verifier, also before a refusal.
         if let Err(e) = spool.push_all(&mut reading.batch) {
-            return Ended::Broken(format!("cannot spool the stream's records to disk: {e}"));
+            return Ended::Broken(Lost::Spool(e));
         }
         match taken {
             Ok(None) => {}
@@ -250,7 +311,7 @@ pub async fn run(
                 }
                 return Ended::End(end);
             }
-            Err(e) => return Ended::Broken(e),
+            Err(e) => return Ended::Broken(Lost::Refused(e)),
         }
     }
 }
@@ -275,14 +336,14 @@ impl Reading<'_> {
         subject: &str,
         seq: u64,
         payload: &[u8],
-    ) -> Result<Option<ostm_protocol::wire::End>, String> {
+    ) -> Result<Option<ostm_protocol::wire::End>, FormatError> {
         let place = self.target.place(subject, seq);
         match self.target.session.leaf(subject) {
             Leaf::Records => self.records(&place, payload).map(|()| None),
             Leaf::Keyframes => {
-                let world = wire::keyframe(&place, payload).map_err(|e| e.to_string())?;
+                let world = wire::keyframe(&place, payload)?;
                 if (world.setup(), world.link()) != self.world {
-                    return Err(another_world(&place).to_string());
+                    return Err(another_world(&place));
                 }
                 self.shared
                     .host_step
@@ -304,7 +365,7 @@ impl Reading<'_> {
                 Ok(None)
             }
             Leaf::End => {
-                let end = wire::end(&place, payload).map_err(|e| e.to_string())?;
+                let end = wire::end(&place, payload)?;
                 self.open_gap(end.host_step, "before its end");
                 self.batch.push(Item::End(end.clone()));
                 Ok(Some(end))
@@ -317,11 +378,11 @@ impl Reading<'_> {
     }
 
     /// The records of a `rec` message, each whole and valid one before a bad frame taken.
-    fn records(&mut self, place: &str, payload: &[u8]) -> Result<(), String> {
-        for f in wire::frames(place, payload).map_err(|e| e.to_string())? {
-            let (at, m) = f.map_err(|e| e.to_string())?;
+    fn records(&mut self, place: &str, payload: &[u8]) -> Result<(), FormatError> {
+        for f in wire::frames(place, payload)? {
+            let (at, m) = f?;
             let ToViewer::Record(r) = m else {
-                return Err(not_a_record(place, at, &m).to_string());
+                return Err(not_a_record(place, at, &m));
             };
             self.shared
                 .host_step
@@ -386,7 +447,11 @@ async fn find_keyframe(
     t: &Target,
     keys: &str,
     step: u64,
-) -> Result<(u64, World, u32), String> {
+) -> Result<(u64, World, u32), Lost> {
+    let keyframes = |e: &dyn std::fmt::Display| Lost::Keyframes {
+        stream: t.session.stream(),
+        err: e.to_string(),
+    };
     let consumer = stream
         .create_consumer(pull::OrderedConfig {
             filter_subject: keys.to_string(),
@@ -394,21 +459,18 @@ async fn find_keyframe(
             ..Default::default()
         })
         .await
-        .map_err(|e| format!("cannot read the keyframes of {}: {e}", t.session.stream()))?;
-    let mut msgs = consumer
-        .messages()
-        .await
-        .map_err(|e| format!("cannot read the keyframes of {}: {e}", t.session.stream()))?;
+        .map_err(|e| keyframes(&e))?;
+    let mut msgs = consumer.messages().await.map_err(|e| keyframes(&e))?;
     let mut best: Option<(u64, World, u32)> = None;
     let mut first: Option<(ostm_protocol::Setup, Option<ostm_protocol::Link>)> = None;
     while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), msgs.next()).await {
-        let info = m.info().map_err(|e| e.to_string())?;
+        let info = m.info().map_err(|e| Lost::KeyframeInfo(e.to_string()))?;
         let (seq, pending) = (info.stream_sequence, info.pending);
         let place = t.place(keys, seq);
-        let world = wire::keyframe(&place, &m.payload).map_err(|e| e.to_string())?;
+        let world = wire::keyframe(&place, &m.payload)?;
         let this = (world.setup(), world.link());
         if *first.get_or_insert(this) != this {
-            return Err(another_world(&place).to_string());
+            return Err(another_world(&place).into());
         }
         if world.step > step {
             break;
@@ -419,11 +481,9 @@ async fn find_keyframe(
             break;
         }
     }
-    best.ok_or_else(|| {
-        format!(
-            "{}: the stream holds no keyframe at or before step {step} (its oldest has gone, or the session started later)",
-            t.name()
-        )
+    best.ok_or_else(|| Lost::NoKeyframeAtOrBefore {
+        session: t.name(),
+        step,
     })
 }
 
@@ -473,5 +533,74 @@ async fn drift(
             )),
         },
         Err(e) => Err(format!("the answer on {subject} is malformed: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Lost, SILENCE};
+    use ostm_protocol::FormatError;
+
+    /// The texts the verdict gives, byte for byte as they were written by hand at each
+    /// site before [`Lost`] (the client's own connection error aside).
+    #[test]
+    fn the_nats_readers_reasons_read_as_they_always_have() {
+        let url = "nats://127.0.0.1:4222";
+        let s = || format!("{url}/demo");
+        let bad = FormatError::new(
+            format!("{url}/demo: subject ostm.demo.rec, stream sequence 9"),
+            4,
+            "expected one snapshot frame (0x82)",
+        );
+        let cases: Vec<(Lost, String)> = vec![
+            (Lost::Options("cannot read creds.txt".into()), "cannot read creds.txt".into()),
+            (
+                Lost::NoSession {
+                    name: "demo".into(),
+                    url: url.into(),
+                    stream: "OSTM_demo".into(),
+                    err: "stream not found".into(),
+                },
+                format!("no session demo on {url} (stream OSTM_demo): stream not found"),
+            ),
+            (
+                Lost::NoKeyframeYet {
+                    session: s(),
+                    subject: "ostm.demo.key".into(),
+                    err: "no message found".into(),
+                },
+                format!("{url}/demo: no keyframe yet on ostm.demo.key: no message found"),
+            ),
+            (
+                Lost::Keyframes { stream: "OSTM_demo".into(), err: "timed out".into() },
+                "cannot read the keyframes of OSTM_demo: timed out".into(),
+            ),
+            (Lost::KeyframeInfo("not a JetStream message".into()), "not a JetStream message".into()),
+            (
+                Lost::NoKeyframeAtOrBefore { session: s(), step: 50 },
+                format!("{url}/demo: the stream holds no keyframe at or before step 50 (its oldest has gone, or the session started later)"),
+            ),
+            (Lost::Refused(bad.clone()), bad.to_string()),
+            (Lost::SpoolKeyframe, "cannot spool the keyframe".into()),
+            (
+                Lost::CannotRead { stream: "OSTM_demo".into(), err: "timed out".into() },
+                format!("cannot read the stream OSTM_demo for {} s: timed out", SILENCE.as_secs()),
+            ),
+            (
+                Lost::Silent { name: "demo".into(), url: url.into() },
+                format!(
+                    "the session demo on {url} sent nothing for {} ms (its host publishes a record every step, at least one a second)",
+                    SILENCE.as_millis()
+                ),
+            ),
+            (Lost::StreamEnded { stream: "OSTM_demo".into() }, "the stream OSTM_demo ended".into()),
+            (
+                Lost::Spool(std::io::Error::other("disk full")),
+                "cannot spool the stream's records to disk: disk full".into(),
+            ),
+        ];
+        for (why, text) in cases {
+            assert_eq!(why.to_string(), text);
+        }
     }
 }

@@ -13,7 +13,7 @@ use ostm_protocol::wire::{
     DriftReply, End, EndReason, Hello, PeerRole, SnapshotKind, ToHost, ToViewer, ViewerCodec,
     Welcome, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION,
 };
-use ostm_protocol::World;
+use ostm_protocol::{FormatError, World};
 use ostm_runtime::WireError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -113,6 +113,7 @@ impl Network {
                                 )
                                 .await;
                                 if let Ended::Lost(why) | Ended::Broken(why) = ended {
+                                    let why = why.to_string();
                                     let _ = sp.push(Item::Lost { why, last: true });
                                 }
                             }
@@ -216,9 +217,116 @@ impl Encoder<ToHost> for Framing {
 enum Refused {
     /// The host could not be reached or the connection broke during the handshake: worth
     /// another attempt.
-    Unreachable(String),
+    Unreachable(Lost),
     /// The host answered and refused, or spoke another protocol: final.
-    Final(String),
+    Final(Lost),
+}
+
+/// Why the TCP reader stopped reading a host (a connection attempt or a stream); the
+/// text the verdict gives (the spool carries it as [`Item::Lost`]'s `why`).
+#[derive(Debug, thiserror::Error)]
+pub enum Lost {
+    #[error("cannot connect to {addr}: timed out")]
+    ConnectTimedOut { addr: String },
+    #[error("cannot connect to {addr}: {err}")]
+    Connect { addr: String, err: std::io::Error },
+    /// Not a byte within [`WELCOME_TIMEOUT`] of the hello.
+    #[error(
+        "{addr} sent nothing within {} ms of the hello: it is not an ostm host, or not \
+         answering{}",
+        WELCOME_TIMEOUT.as_millis(),
+        if *.tls { "" } else { " (a host that serves TLS waits for a TLS client: try --tls)" }
+    )]
+    NothingSent { addr: String, tls: bool },
+    #[error(
+        "{addr} sent no whole welcome within {SILENCE_TIMEOUT_MS} ms of the hello ({bytes} \
+         bytes arrived): the link is too slow, or the host has stalled"
+    )]
+    NoWholeWelcome { addr: String, bytes: u64 },
+    #[error(
+        "{addr} sent its welcome but no attach snapshot within {SILENCE_TIMEOUT_MS} ms: the \
+         link is too slow, or the host has stalled"
+    )]
+    NoAttachSnapshot { addr: String },
+    #[error("the host ended the stream before its snapshot ({}): {}", .0.reason.name(), .0.text)]
+    EndedBeforeSnapshot(End),
+    #[error(
+        "{addr}: at offset {at}: expected the host's attach snapshot (0x82, kind 0), found {found}"
+    )]
+    NotAttachSnapshot {
+        addr: String,
+        at: u64,
+        found: &'static str,
+    },
+    /// The TLS handshake failed: [`explain`]'s sentence.
+    #[error("{0}")]
+    Tls(String),
+    #[error("cannot send the hello to {addr}: {err}")]
+    SendHello { addr: String, err: WireError },
+    #[error("the host refused the viewer ({}): {}", .0.reason.name(), .0.text)]
+    RefusedByHost(End),
+    #[error("{addr}: at offset {at}: expected the host's welcome (0x81), found {found}")]
+    NotWelcome {
+        addr: String,
+        at: u64,
+        found: &'static str,
+    },
+    #[error("the host speaks protocol version {0}, this viewer speaks {VERSION}")]
+    Version(u16),
+    #[error(
+        "{addr} closed the connection during the handshake{}",
+        if *.tls { "" } else { " (a host that serves TLS closes a plaintext connection: try --tls)" }
+    )]
+    ClosedInHandshake { addr: String, tls: bool },
+    /// A first frame that does not decode: what the peer sent, as [`describe`] reads it.
+    #[error("{addr} is not an ostm host: it sent {seen} ({err})")]
+    NotOstm {
+        addr: String,
+        seen: String,
+        err: FormatError,
+    },
+    #[error("protocol error: {0}")]
+    Protocol(FormatError),
+    #[error("connection lost: {0}")]
+    Connection(std::io::Error),
+    #[error("gave up reconnecting after {secs} s: {why}")]
+    GaveUp { secs: u64, why: Box<Lost> },
+    #[error("cannot spool the host's records to disk: {0}")]
+    Spool(std::io::Error),
+    #[error("cannot spool the host's end message")]
+    SpoolEnd,
+    #[error("the host closed the connection without an end message")]
+    ClosedWithoutEnd,
+    #[error("{addr}: at offset {at}: expected a record for step {expected}, found a record for step {found}")]
+    OutOfStep {
+        addr: String,
+        at: u64,
+        expected: u64,
+        found: u64,
+    },
+    /// A resync snapshot of another world than the one attached to (each as
+    /// [`world_name`] gives it).
+    #[error(
+        "{addr}: at offset {at}: expected a resync snapshot of the attached world \
+         ({attached}), found one of another world ({found})"
+    )]
+    ResyncOfAnotherWorld {
+        addr: String,
+        at: u64,
+        attached: String,
+        found: String,
+    },
+    #[error(
+        "{addr}: at offset {at}: expected a record, heartbeat, resync snapshot, end or drift \
+         reply, found {found}"
+    )]
+    Unexpected {
+        addr: String,
+        at: u64,
+        found: &'static str,
+    },
+    #[error("the host sent nothing for {SILENCE_TIMEOUT_MS} ms")]
+    Silent,
 }
 
 struct Reader {
@@ -235,16 +343,14 @@ impl Reader {
         match self.spool.push(item) {
             Ok(()) => true,
             Err(e) => {
-                let _ = self.spool.push(Item::Lost {
-                    why: format!("cannot spool the host's records to disk: {e}"),
-                    last: true,
-                });
+                self.lost(Lost::Spool(e), true);
                 false
             }
         }
     }
 
-    fn lost(&self, why: String, last: bool) {
+    fn lost(&self, why: Lost, last: bool) {
+        let why = why.to_string();
         let _ = self.spool.push(Item::Lost { why, last });
     }
 
@@ -263,13 +369,9 @@ impl Reader {
                     };
                     let since = *failing_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= budget {
-                        return self.lost(
-                            format!(
-                                "gave up reconnecting after {} s: {why}",
-                                since.elapsed().as_secs()
-                            ),
-                            true,
-                        );
+                        let secs = since.elapsed().as_secs();
+                        let why = Box::new(why);
+                        return self.lost(Lost::GaveUp { secs, why }, true);
                     }
                     info!(wait_ms = wait.as_millis() as u64, "reconnecting: {why}");
                     tokio::time::sleep(wait).await;
@@ -308,7 +410,7 @@ impl Reader {
 
     /// Reads one connection's stream into the spool, and sends heartbeats and the
     /// verifier's messages, until it ends.
-    async fn stream(&mut self, conn: Conn, attached: Attached) -> Ended {
+    async fn stream(&mut self, conn: Conn, attached: Attached) -> Ended<Lost> {
         let addr = self.dial.addr.clone();
         let mut next_step = attached.step;
         // The read side decodes straight from its buffer: every message one read brought
@@ -370,9 +472,7 @@ impl Reader {
                             batch.push(Item::Records(run));
                             if batch.len() >= BATCH {
                                 if let Err(e) = spool.push_all(&mut batch) {
-                                    return Ended::Broken(format!(
-                                        "cannot spool the host's records to disk: {e}"
-                                    ));
+                                    return Ended::Broken(Lost::Spool(e));
                                 }
                             }
                             continue;
@@ -387,28 +487,28 @@ impl Reader {
                         Ok(Some(m)) => m,
                         Ok(None) if eof => {
                             let _ = spool.push_all(&mut batch);
-                            return Ended::Lost(
-                                "the host closed the connection without an end message".into(),
-                            );
+                            return Ended::Lost(Lost::ClosedWithoutEnd);
                         }
                         Ok(None) => break,
                         Err(WireError::Format(e)) => {
                             let _ = spool.push_all(&mut batch);
-                            return Ended::Broken(format!("protocol error: {e}"));
+                            return Ended::Broken(Lost::Protocol(e));
                         }
                         Err(WireError::Io(e)) => {
                             let _ = spool.push_all(&mut batch);
-                            return Ended::Lost(format!("connection lost: {e}"));
+                            return Ended::Lost(Lost::Connection(e));
                         }
                     };
                     decoded = true;
                     match msg {
                         ToViewer::Record(r) if r.step != next_step => {
                             let _ = spool.push_all(&mut batch);
-                            return Ended::Broken(format!(
-                                "{addr}: at offset {at}: expected a record for step {next_step}, found a record for step {}",
-                                r.step
-                            ));
+                            return Ended::Broken(Lost::OutOfStep {
+                                addr,
+                                at,
+                                expected: next_step,
+                                found: r.step,
+                            });
                         }
                         ToViewer::Record(r) => {
                             next_step = r.step.wrapping_add(1);
@@ -423,9 +523,7 @@ impl Reader {
                                         records as f64 / per_second.max(1) as f64,
                                     );
                                 if let Err(e) = spool.push_all(&mut batch) {
-                                    return Ended::Broken(format!(
-                                        "cannot spool the host's records to disk: {e}"
-                                    ));
+                                    return Ended::Broken(Lost::Spool(e));
                                 }
                                 tokio::time::sleep_until(due).await;
                             }
@@ -436,11 +534,12 @@ impl Reader {
                         } => {
                             if world.setup() != attached.setup || world.link() != attached.link {
                                 let _ = spool.push_all(&mut batch);
-                                return Ended::Broken(format!(
-                                    "{addr}: at offset {at}: expected a resync snapshot of the attached world ({}), found one of another world ({})",
-                                    world_name(attached.setup, attached.link),
-                                    world_name(world.setup(), world.link())
-                                ));
+                                return Ended::Broken(Lost::ResyncOfAnotherWorld {
+                                    addr,
+                                    at,
+                                    attached: world_name(attached.setup, attached.link),
+                                    found: world_name(world.setup(), world.link()),
+                                });
                             }
                             next_step = world.step;
                             debug!(to = world.step, "resync snapshot");
@@ -456,28 +555,27 @@ impl Reader {
                         ToViewer::End(e) => {
                             batch.push(Item::End(e.clone()));
                             if spool.push_all(&mut batch).is_err() {
-                                return Ended::Broken("cannot spool the host's end message".into());
+                                return Ended::Broken(Lost::SpoolEnd);
                             }
                             return Ended::End(e);
                         }
                         other => {
                             let _ = spool.push_all(&mut batch);
-                            return Ended::Broken(format!(
-                                "{addr}: at offset {at}: expected a record, heartbeat, resync snapshot, end or drift reply, found {}",
-                                name(&other)
-                            ));
+                            return Ended::Broken(Lost::Unexpected {
+                                addr,
+                                at,
+                                found: name(&other),
+                            });
                         }
                     }
                     if batch.len() >= BATCH {
                         if let Err(e) = spool.push_all(&mut batch) {
-                            return Ended::Broken(format!(
-                                "cannot spool the host's records to disk: {e}"
-                            ));
+                            return Ended::Broken(Lost::Spool(e));
                         }
                     }
                 }
                 if let Err(e) = spool.push_all(&mut batch) {
-                    return Ended::Broken(format!("cannot spool the host's records to disk: {e}"));
+                    return Ended::Broken(Lost::Spool(e));
                 }
                 if decoded {
                     deadline = tokio::time::Instant::now() + SILENCE;
@@ -511,7 +609,7 @@ impl Reader {
                             tokio::task::yield_now().await;
                             continue;
                         }
-                        return Ended::Lost(format!("the host sent nothing for {SILENCE_TIMEOUT_MS} ms"));
+                        return Ended::Lost(Lost::Silent);
                     }
                 };
                 match read {
@@ -520,7 +618,7 @@ impl Reader {
                         looked_again = false;
                         mark.after_read(n);
                     }
-                    Err(e) => return Ended::Lost(format!("connection lost: {e}")),
+                    Err(e) => return Ended::Lost(Lost::Connection(e)),
                 }
             }
         };
@@ -572,47 +670,42 @@ async fn connect(dial: &Dial) -> Result<(Conn, Welcome, World), Refused> {
     let addr = &dial.addr;
     let tcp = match timeout(CONNECT_TIMEOUT, open(addr, dial.throttle_read.is_some())).await {
         Err(_) => {
-            return Err(Refused::Unreachable(format!(
-                "cannot connect to {addr}: timed out"
-            )))
+            let addr = addr.clone();
+            return Err(Refused::Unreachable(Lost::ConnectTimedOut { addr }));
         }
-        Ok(Err(e)) => {
-            return Err(Refused::Unreachable(format!(
-                "cannot connect to {addr}: {e}"
-            )))
+        Ok(Err(err)) => {
+            let addr = addr.clone();
+            return Err(Refused::Unreachable(Lost::Connect { addr, err }));
         }
         Ok(Ok(s)) => s,
     };
     let _ = tcp.set_nodelay(true);
     let received = Arc::new(AtomicU64::new(0));
-    let tls_hint = if dial.tls.is_some() {
-        ""
-    } else {
-        " (a host that serves TLS waits for a TLS client: try --tls)"
-    };
     let greet = greet(dial, tcp, received.clone());
     tokio::pin!(greet);
     let greeted = match timeout(WELCOME_TIMEOUT, &mut greet).await {
         Ok(r) => r,
         // Nothing at all from the peer: an ostm host answers a hello at once.
-        Err(_) if received.load(Ordering::Relaxed) == 0 => Err(Refused::Unreachable(format!(
-            "{addr} sent nothing within {} ms of the hello: it is not an ostm host, or not answering{tls_hint}",
-            WELCOME_TIMEOUT.as_millis(),
-        ))),
+        Err(_) if received.load(Ordering::Relaxed) == 0 => {
+            Err(Refused::Unreachable(Lost::NothingSent {
+                addr: addr.clone(),
+                tls: dial.tls.is_some(),
+            }))
+        }
         // Bytes are coming: a slow link, given the silence rule.
         Err(_) => match timeout(SILENCE.saturating_sub(WELCOME_TIMEOUT), &mut greet).await {
             Ok(r) => r,
-            Err(_) => Err(Refused::Unreachable(format!(
-                "{addr} sent no whole welcome within {SILENCE_TIMEOUT_MS} ms of the hello ({} bytes arrived): the link is too slow, or the host has stalled",
-                received.load(Ordering::Relaxed)
-            ))),
+            Err(_) => Err(Refused::Unreachable(Lost::NoWholeWelcome {
+                addr: addr.clone(),
+                bytes: received.load(Ordering::Relaxed),
+            })),
         },
     };
     let (mut conn, welcome) = greeted?;
     match timeout(SILENCE, handshake_next(&mut conn, dial, false)).await {
-        Err(_) => Err(Refused::Unreachable(format!(
-            "{addr} sent its welcome but no attach snapshot within {SILENCE_TIMEOUT_MS} ms: the link is too slow, or the host has stalled"
-        ))),
+        Err(_) => Err(Refused::Unreachable(Lost::NoAttachSnapshot {
+            addr: addr.clone(),
+        })),
         Ok(next) => match next? {
             (
                 _,
@@ -621,15 +714,12 @@ async fn connect(dial: &Dial) -> Result<(Conn, Welcome, World), Refused> {
                     world,
                 },
             ) => Ok((conn, welcome, world)),
-            (_, ToViewer::End(e)) => Err(Refused::Final(format!(
-                "the host ended the stream before its snapshot ({}): {}",
-                e.reason.name(),
-                e.text
-            ))),
-            (at, other) => Err(Refused::Final(format!(
-                "{addr}: at offset {at}: expected the host's attach snapshot (0x82, kind 0), found {}",
-                name(&other)
-            ))),
+            (_, ToViewer::End(e)) => Err(Refused::Final(Lost::EndedBeforeSnapshot(e))),
+            (at, other) => Err(Refused::Final(Lost::NotAttachSnapshot {
+                addr: addr.clone(),
+                at,
+                found: name(&other),
+            })),
         },
     }
 }
@@ -647,7 +737,7 @@ async fn greet(
     let io: Box<dyn Io> = match &dial.tls {
         Some(tls) => match tls.connector.connect(tls.name.clone(), tcp).await {
             Ok(s) => Box::new(s),
-            Err(e) => return Err(Refused::Final(explain(addr, &tls.name, &e))),
+            Err(e) => return Err(Refused::Final(Lost::Tls(explain(addr, &tls.name, &e)))),
         },
         None => Box::new(tcp),
     };
@@ -660,32 +750,23 @@ async fn greet(
         role: PeerRole::Viewer as u8,
         token: dial.token.clone().unwrap_or_default().into_bytes(),
     };
-    if let Err(e) = conn.framed.send(ToHost::Hello(hello)).await {
-        return Err(Refused::Unreachable(format!(
-            "cannot send the hello to {addr}: {e}"
-        )));
+    if let Err(err) = conn.framed.send(ToHost::Hello(hello)).await {
+        let addr = addr.clone();
+        return Err(Refused::Unreachable(Lost::SendHello { addr, err }));
     }
     let welcome = match handshake_next(&mut conn, dial, true).await? {
         (_, ToViewer::Welcome(w)) => w,
-        (_, ToViewer::End(e)) => {
-            return Err(Refused::Final(format!(
-                "the host refused the viewer ({}): {}",
-                e.reason.name(),
-                e.text
-            )))
-        }
+        (_, ToViewer::End(e)) => return Err(Refused::Final(Lost::RefusedByHost(e))),
         (at, other) => {
-            return Err(Refused::Final(format!(
-                "{addr}: at offset {at}: expected the host's welcome (0x81), found {}",
-                name(&other)
-            )))
+            return Err(Refused::Final(Lost::NotWelcome {
+                addr: addr.clone(),
+                at,
+                found: name(&other),
+            }))
         }
     };
     if welcome.version != VERSION {
-        return Err(Refused::Final(format!(
-            "the host speaks protocol version {}, this viewer speaks {VERSION}",
-            welcome.version
-        )));
+        return Err(Refused::Final(Lost::Version(welcome.version)));
     }
     Ok((conn, welcome))
 }
@@ -700,22 +781,17 @@ async fn handshake_next(
 ) -> Result<(u64, ToViewer), Refused> {
     let addr = &dial.addr;
     match conn.framed.next().await {
-        None => Err(Refused::Unreachable(format!(
-            "{addr} closed the connection during the handshake{}",
-            if dial.tls.is_some() {
-                ""
-            } else {
-                " (a host that serves TLS closes a plaintext connection: try --tls)"
-            }
-        ))),
-        Some(Err(WireError::Format(e))) if first => {
-            let seen = describe(conn.framed.read_buffer());
-            Err(Refused::Final(format!(
-                "{addr} is not an ostm host: it sent {seen} ({e})"
-            )))
-        }
-        Some(Err(WireError::Format(e))) => Err(Refused::Final(format!("protocol error: {e}"))),
-        Some(Err(WireError::Io(e))) => Err(Refused::Unreachable(format!("connection lost: {e}"))),
+        None => Err(Refused::Unreachable(Lost::ClosedInHandshake {
+            addr: addr.clone(),
+            tls: dial.tls.is_some(),
+        })),
+        Some(Err(WireError::Format(err))) if first => Err(Refused::Final(Lost::NotOstm {
+            addr: addr.clone(),
+            seen: describe(conn.framed.read_buffer()),
+            err,
+        })),
+        Some(Err(WireError::Format(e))) => Err(Refused::Final(Lost::Protocol(e))),
+        Some(Err(WireError::Io(e))) => Err(Refused::Unreachable(Lost::Connection(e))),
         Some(Ok(m)) => Ok(m),
     }
 }
@@ -838,5 +914,129 @@ pub fn name(m: &ToViewer) -> &'static str {
         ToViewer::Heartbeat { .. } => "a heartbeat (0x84)",
         ToViewer::End(_) => "an end message (0x85)",
         ToViewer::DriftReply(_) => "a drift reply (0x86)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Lost, WELCOME_TIMEOUT};
+    use ostm_protocol::wire::{End, EndReason, SILENCE_TIMEOUT_MS, VERSION};
+    use ostm_protocol::FormatError;
+    use ostm_runtime::WireError;
+    use std::io;
+
+    /// The texts the verdict gives, byte for byte as they were written by hand at each
+    /// site before [`Lost`].
+    #[test]
+    fn the_tcp_readers_reasons_read_as_they_always_have() {
+        let a = || "127.0.0.1:7000".to_string();
+        let addr = a();
+        let io = || io::Error::other("reset by peer");
+        let bad = FormatError::new(a(), 9, "unknown message type 0x99");
+        let end = End {
+            reason: EndReason::BadToken,
+            text: "the token does not match".into(),
+            host_step: 3,
+        };
+        let bad_token = EndReason::BadToken.name();
+        let cases: Vec<(Lost, String)> = vec![
+            (Lost::ConnectTimedOut { addr: a() }, format!("cannot connect to {addr}: timed out")),
+            (
+                Lost::Connect { addr: a(), err: io() },
+                format!("cannot connect to {addr}: reset by peer"),
+            ),
+            (
+                Lost::NothingSent { addr: a(), tls: false },
+                format!(
+                    "{addr} sent nothing within {} ms of the hello: it is not an ostm host, or not answering (a host that serves TLS waits for a TLS client: try --tls)",
+                    WELCOME_TIMEOUT.as_millis()
+                ),
+            ),
+            (
+                Lost::NothingSent { addr: a(), tls: true },
+                format!(
+                    "{addr} sent nothing within {} ms of the hello: it is not an ostm host, or not answering",
+                    WELCOME_TIMEOUT.as_millis()
+                ),
+            ),
+            (
+                Lost::NoWholeWelcome { addr: a(), bytes: 12 },
+                format!("{addr} sent no whole welcome within {SILENCE_TIMEOUT_MS} ms of the hello (12 bytes arrived): the link is too slow, or the host has stalled"),
+            ),
+            (
+                Lost::NoAttachSnapshot { addr: a() },
+                format!("{addr} sent its welcome but no attach snapshot within {SILENCE_TIMEOUT_MS} ms: the link is too slow, or the host has stalled"),
+            ),
+            (
+                Lost::EndedBeforeSnapshot(end.clone()),
+                format!("the host ended the stream before its snapshot ({bad_token}): the token does not match"),
+            ),
+            (
+                Lost::NotAttachSnapshot { addr: a(), at: 40, found: "a record (0x83)" },
+                format!("{addr}: at offset 40: expected the host's attach snapshot (0x82, kind 0), found a record (0x83)"),
+            ),
+            (Lost::Tls("the TLS handshake failed".into()), "the TLS handshake failed".into()),
+            (
+                Lost::SendHello { addr: a(), err: WireError::Io(io()) },
+                format!("cannot send the hello to {addr}: {}", WireError::Io(io())),
+            ),
+            (
+                Lost::RefusedByHost(end),
+                format!("the host refused the viewer ({bad_token}): the token does not match"),
+            ),
+            (
+                Lost::NotWelcome { addr: a(), at: 0, found: "a heartbeat (0x84)" },
+                format!("{addr}: at offset 0: expected the host's welcome (0x81), found a heartbeat (0x84)"),
+            ),
+            (
+                Lost::Version(99),
+                format!("the host speaks protocol version 99, this viewer speaks {VERSION}"),
+            ),
+            (
+                Lost::ClosedInHandshake { addr: a(), tls: false },
+                format!("{addr} closed the connection during the handshake (a host that serves TLS closes a plaintext connection: try --tls)"),
+            ),
+            (
+                Lost::ClosedInHandshake { addr: a(), tls: true },
+                format!("{addr} closed the connection during the handshake"),
+            ),
+            (
+                Lost::NotOstm { addr: a(), seen: "\"SSH-2.0\"".into(), err: bad.clone() },
+                format!("{addr} is not an ostm host: it sent \"SSH-2.0\" ({bad})"),
+            ),
+            (Lost::Protocol(bad.clone()), format!("protocol error: {bad}")),
+            (Lost::Connection(io()), "connection lost: reset by peer".into()),
+            (
+                Lost::GaveUp { secs: 30, why: Box::new(Lost::ConnectTimedOut { addr: a() }) },
+                format!("gave up reconnecting after 30 s: cannot connect to {addr}: timed out"),
+            ),
+            (Lost::Spool(io()), "cannot spool the host's records to disk: reset by peer".into()),
+            (Lost::SpoolEnd, "cannot spool the host's end message".into()),
+            (
+                Lost::ClosedWithoutEnd,
+                "the host closed the connection without an end message".into(),
+            ),
+            (
+                Lost::OutOfStep { addr: a(), at: 80, expected: 5, found: 7 },
+                format!("{addr}: at offset 80: expected a record for step 5, found a record for step 7"),
+            ),
+            (
+                Lost::ResyncOfAnotherWorld {
+                    addr: a(),
+                    at: 80,
+                    attached: "3D, 24 bodies, seed 1, no link".into(),
+                    found: "3D, 24 bodies, seed 2, no link".into(),
+                },
+                format!("{addr}: at offset 80: expected a resync snapshot of the attached world (3D, 24 bodies, seed 1, no link), found one of another world (3D, 24 bodies, seed 2, no link)"),
+            ),
+            (
+                Lost::Unexpected { addr: a(), at: 80, found: "a welcome (0x81)" },
+                format!("{addr}: at offset 80: expected a record, heartbeat, resync snapshot, end or drift reply, found a welcome (0x81)"),
+            ),
+            (Lost::Silent, format!("the host sent nothing for {SILENCE_TIMEOUT_MS} ms")),
+        ];
+        for (why, text) in cases {
+            assert_eq!(why.to_string(), text);
+        }
     }
 }

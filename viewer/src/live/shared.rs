@@ -46,13 +46,14 @@ pub const HOST_CLOSED: &str = "the host has closed the connection; it cannot be 
 pub const NATS_READER_STOPPED: &str =
     "the viewer's NATS reader has stopped; the host cannot be asked through it any more";
 
-/// How one connection's stream ended.
-pub enum Ended {
+/// How one connection's stream ended; `Why` is the reader's own reason type (the TCP
+/// reader's [`super::network::Lost`], the NATS reader's [`super::nats::Lost`]).
+pub enum Ended<Why> {
     Cancelled,
     /// The host's end message (already in the spool).
     End(End),
     /// Lost: the reason.
-    Lost(String),
+    Lost(Why),
     /// A protocol error: final.
-    Broken(String),
+    Broken(Why),
 }
