@@ -29,8 +29,11 @@ mod stepper;
 mod tls;
 mod unpoisoned;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
+
+/// The binary's name.
+const BIN: &str = "ostm-host";
 
 /// Step a deterministic test-module world and serve it live to viewers over TCP.
 ///
@@ -46,6 +49,8 @@ use std::process::ExitCode;
   ostm-host serve --replay testdata/test-10000.ostm --record host.ostm
   ostm-host serve --listen 0.0.0.0:7878 --token \"$OSTM_TOKEN\"
   ostm-host cert create-ca --certs-dir certs && ostm-host cert create-host localhost --certs-dir certs
+  ostm-host completions bash > ~/.local/share/bash-completion/completions/ostm-host
+  ostm-host man --out ~/.local/share/man/man1
 See `ostm-host serve --help` for every option and example.")]
 struct Cli {
     #[command(subcommand)]
@@ -60,17 +65,24 @@ enum Command {
     Serve(Box<serve::Args>),
     /// Make TLS files: a CA viewers trust, and the host's certificate and key signed by it.
     Cert(cert::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(ostm_runtime::shell::CompletionsArgs),
+    /// Write the man pages (one per command) to a directory.
+    Man(ostm_runtime::shell::ManArgs),
 }
 
 fn main() -> ExitCode {
     ignore_file_size_signal();
     // `info` by default, so an operator sees each viewer attach and leave; colour only
     // when stderr is a terminal, so a log written to a file holds no escape codes.
-    let cli = Cli::parse();
+    let cmd = ostm_runtime::shell::named(Cli::command(), BIN);
+    let cli = Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit());
     ostm_runtime::logging::init("info", cli.log.log_format, std::io::stderr);
     match cli.command {
         Command::Serve(args) => serve::main(*args),
         Command::Cert(args) => cert::main(args),
+        Command::Completions(args) => args.run(Cli::command(), BIN),
+        Command::Man(args) => args.run(ostm_runtime::shell::named(Cli::command(), BIN)),
     }
 }
 

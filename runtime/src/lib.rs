@@ -8,12 +8,14 @@
 //! - [`cli`]: options both binaries' command lines share (recording, token, NATS
 //!   authentication and its client options).
 //! - [`signal`]: the stop signal (SIGINT, SIGTERM).
+//! - [`shell`]: the `completions` and `man` commands (clap_complete, clap_mangen).
 //! - [`logging`]: the one logging set-up, `tracing` filtered by `RUST_LOG`.
 //! - [`DEFAULT_PORT`]: the TCP port when an address names none.
 
 pub mod cli;
 pub mod codec;
 pub mod logging;
+pub mod shell;
 pub mod signal;
 
 pub use codec::{FrameCodec, HostFrameCodec, ViewerFrameCodec, WireError};

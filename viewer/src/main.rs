@@ -15,9 +15,12 @@ mod tui;
 mod web;
 mod world_at;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use exit::Exit;
 use std::process::ExitCode;
+
+/// The binary's name.
+const BIN: &str = "ostm-viewer";
 
 /// Watch, record and check deterministic test-module worlds.
 ///
@@ -35,7 +38,9 @@ use std::process::ExitCode;
   ostm-viewer check 127.0.0.1:7878 --steps 600
   ostm-viewer sessions nats://127.0.0.1:4222   # the sessions a NATS server holds
   ostm-viewer render testdata/test-field-2d.ostm --step 300 -o frame.png
-  ostm-viewer follow testdata/test-link-left.ostm testdata/test-link-right.ostm --body 3")]
+  ostm-viewer follow testdata/test-link-left.ostm testdata/test-link-right.ostm --body 3
+  ostm-viewer completions bash > ~/.local/share/bash-completion/completions/ostm-viewer
+  ostm-viewer man --out ~/.local/share/man/man1")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -81,6 +86,10 @@ enum Command {
     Seek(cmd::seek::Args),
     /// List the sessions a NATS server holds: world, host step, rate, oldest step, last keyframe, ended.
     Sessions(cmd::sessions::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(ostm_runtime::shell::CompletionsArgs),
+    /// Write the man pages (one per command) to a directory.
+    Man(ostm_runtime::shell::ManArgs),
 }
 
 /// The log filter without `RUST_LOG`: warnings, except the SVG library's own, which
@@ -98,7 +107,8 @@ fn init_logging(format: ostm_runtime::logging::LogFormat) {
 
 fn main() -> ExitCode {
     ignore_file_size_signal();
-    let cli = Cli::parse();
+    let cmd = ostm_runtime::shell::named(Cli::command(), BIN);
+    let cli = Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit());
     init_logging(cli.log.log_format);
     let exit: Exit = match cli.command {
         Command::Inspect(a) => cmd::inspect::run(a),
@@ -119,6 +129,8 @@ fn main() -> ExitCode {
         Command::Index(a) => cmd::index::run(a),
         Command::Seek(a) => cmd::seek::run(a),
         Command::Sessions(a) => cmd::sessions::run(a),
+        Command::Completions(a) => return a.run(Cli::command(), BIN),
+        Command::Man(a) => return a.run(ostm_runtime::shell::named(Cli::command(), BIN)),
     };
     exit.into()
 }
