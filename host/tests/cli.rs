@@ -18,6 +18,17 @@ fn help_shows_examples_and_exits_0() {
         assert!(text.contains("Examples:"), "{args:?}: {text}");
         assert!(text.contains("ostm-host serve"), "{args:?}: {text}");
     }
+    // Every other command's help has examples with the binary's own name.
+    for cmd in ["cert", "completions", "man"] {
+        let out = run(host().args([cmd, "--help"]));
+        assert_eq!(out.status.code(), Some(0), "{cmd}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Examples:") && text.contains(&format!("ostm-host {cmd}")),
+            "{cmd}: {text}"
+        );
+        assert!(!text.contains("BIN"), "{cmd}: {text}");
+    }
 }
 
 #[test]

@@ -117,16 +117,28 @@ pub fn write_man_pages(cmd: clap::Command, dir: &Path) -> Result<Vec<PathBuf>, S
         .map_err(|e| format!("cannot create the directory {}: {e}", dir.display()))?;
     let mut cmd = cmd.disable_help_subcommand(true);
     cmd.build();
+    // Every page's footer names the program and its version, as the binary's own does
+    // (a subcommand has no version of its own).
+    let source = format!(
+        "{} {}",
+        cmd.get_name(),
+        cmd.get_version().unwrap_or_default()
+    );
     let mut written = Vec::new();
-    write_one(cmd, dir, &mut written)?;
+    write_one(cmd, source.trim(), dir, &mut written)?;
     Ok(written)
 }
 
-fn write_one(cmd: clap::Command, dir: &Path, written: &mut Vec<PathBuf>) -> Result<(), String> {
+fn write_one(
+    cmd: clap::Command,
+    source: &str,
+    dir: &Path,
+    written: &mut Vec<PathBuf>,
+) -> Result<(), String> {
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        write_one(sub.clone(), dir, written)?;
+        write_one(sub.clone(), source, dir, written)?;
     }
-    let man = clap_mangen::Man::new(cmd);
+    let man = clap_mangen::Man::new(cmd).source(source);
     let path = dir.join(man.get_filename());
     man.generate_to(dir)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -139,7 +151,7 @@ mod tests {
     use super::write_man_pages;
 
     #[derive(clap::Parser)]
-    #[command(name = "demo")]
+    #[command(name = "demo", version = "1.2.3")]
     struct Demo {
         #[command(subcommand)]
         command: Sub,
@@ -170,5 +182,7 @@ mod tests {
         assert_eq!(names, ["demo-one.1", "demo.1"]);
         let one = std::fs::read_to_string(&pages[0]).unwrap();
         assert!(one.contains("\\-\\-flag"), "{one}");
+        // A subcommand's page names the program and its version, as the program's does.
+        assert!(one.contains(".TH demo-one 1  \"demo 1.2.3\""), "{one}");
     }
 }
