@@ -14,15 +14,14 @@ use async_nats::jetstream::{
     self, context::CreateStreamErrorKind, message::PublishMessage, stream,
 };
 use bytes::{Bytes, BytesMut};
-use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use ostm_protocol::wire::nats::{
     self as names, MessageIds, Session, COUNT_HEADER, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
     RATE_HEADER, STEP_HEADER,
 };
 use ostm_protocol::wire::{End, HostCodec, SnapshotKind, ToHost, ToViewer};
 use ostm_protocol::World;
-use std::collections::VecDeque;
-use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -427,7 +426,10 @@ async fn run(
     info!(stream = %session.stream(), "publishing to NATS");
     tokio::spawn(answer_drift(client.clone(), session.drift(), hub));
     let ids = MessageIds::new(run_token());
-    let mut acks: VecDeque<(u64, Ack)> = VecDeque::new();
+    // Every acknowledgement awaited at once (each times out 5 s after its publish, not
+    // after the one before it: a server killed with many publishes in flight costs 5 s,
+    // not 5 s for each).
+    let mut acks: FuturesUnordered<Ack> = FuturesUnordered::new();
     let mut batch = BytesMut::new();
     let mut pending: Option<Item> = None;
     loop {
@@ -435,8 +437,8 @@ async fn run(
             Some(i) => i,
             None => tokio::select! {
                 i = rx.recv() => match i { Some(i) => i, None => break },
-                _ = tokio::time::sleep(Duration::from_millis(100)), if !acks.is_empty() => {
-                    settle_ready(&mut acks, &counters);
+                Some((count, r)) = acks.next(), if !acks.is_empty() => {
+                    count_ack(count, r, &counters);
                     continue;
                 }
                 _ = stop.cancelled() => break,
@@ -509,19 +511,25 @@ async fn run(
             .headers(headers)
             .message_id(id);
         match js.send_publish(subject, publish).await {
-            Ok(ack) => acks.push_back((count, Box::pin(ack.into_future()))),
+            Ok(ack) => acks.push(Box::pin(async move { (count, ack.await) })),
             Err(e) => {
                 counters.fail(count);
                 warn!("cannot publish step {step} to NATS: {e}");
             }
         }
-        settle_ready(&mut acks, &counters);
+        // The acknowledgements that have come, without waiting; then, with too many
+        // awaited, the next to come.
+        while let Some(Some((count, r))) = acks.next().now_or_never() {
+            count_ack(count, r, &counters);
+        }
         while acks.len() > IN_FLIGHT {
-            settle(&mut acks, &counters).await;
+            if let Some((count, r)) = acks.next().await {
+                count_ack(count, r, &counters);
+            }
         }
     }
-    while !acks.is_empty() {
-        settle(&mut acks, &counters).await;
+    while let Some((count, r)) = acks.next().await {
+        count_ack(count, r, &counters);
     }
     let _ = client.flush().await;
 }
@@ -536,11 +544,14 @@ fn run_token() -> String {
     format!("{nanos:x}p{:x}", std::process::id())
 }
 
-/// A publish acknowledgement still to come.
+/// A publish acknowledgement still to come, with the steps its message holds.
 type Ack = std::pin::Pin<
     Box<
         dyn std::future::Future<
-                Output = Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
+                Output = (
+                    u64,
+                    Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
+                ),
             > + Send,
     >,
 >;
@@ -557,27 +568,6 @@ fn count_ack(
         Err(e) => {
             counters.fail(count);
             warn!("NATS did not acknowledge a publish: {e}");
-        }
-    }
-}
-
-/// Waits for the oldest acknowledgement.
-async fn settle(acks: &mut VecDeque<(u64, Ack)>, counters: &Counters) {
-    if let Some((count, ack)) = acks.pop_front() {
-        count_ack(count, ack.await, counters);
-    }
-}
-
-/// Takes the acknowledgements that have come, oldest first, without waiting.
-fn settle_ready(acks: &mut VecDeque<(u64, Ack)>, counters: &Counters) {
-    while let Some((count, ack)) = acks.front_mut() {
-        let count = *count;
-        match futures::FutureExt::now_or_never(ack.as_mut()) {
-            Some(r) => {
-                acks.pop_front();
-                count_ack(count, r, counters);
-            }
-            None => break,
         }
     }
 }
