@@ -22,6 +22,8 @@ use ostm_protocol::wire::nats::{
 };
 use ostm_protocol::wire::{End, HostCodec, SnapshotKind, ToHost, ToViewer};
 use ostm_protocol::World;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -426,10 +428,7 @@ async fn run(
     info!(stream = %session.stream(), "publishing to NATS");
     tokio::spawn(answer_drift(client.clone(), session.drift(), hub));
     let ids = MessageIds::new(run_token());
-    // Every acknowledgement awaited at once (each times out 5 s after its publish, not
-    // after the one before it: a server killed with many publishes in flight costs 5 s,
-    // not 5 s for each).
-    let mut acks: FuturesUnordered<Ack> = FuturesUnordered::new();
+    let mut acks = Acks::default();
     let mut batch = BytesMut::new();
     let mut pending: Option<Item> = None;
     loop {
@@ -437,10 +436,7 @@ async fn run(
             Some(i) => i,
             None => tokio::select! {
                 i = rx.recv() => match i { Some(i) => i, None => break },
-                Some((count, r)) = acks.next(), if !acks.is_empty() => {
-                    count_ack(count, r, &counters);
-                    continue;
-                }
+                _ = acks.take_next(&counters), if !acks.is_empty() => continue,
                 _ = stop.cancelled() => break,
             },
         };
@@ -511,7 +507,7 @@ async fn run(
             .headers(headers)
             .message_id(id);
         match js.send_publish(subject, publish).await {
-            Ok(ack) => acks.push(Box::pin(async move { (count, ack.await) })),
+            Ok(ack) => acks.push(count, ack.into_future()),
             Err(e) => {
                 counters.fail(count);
                 warn!("cannot publish step {step} to NATS: {e}");
@@ -519,18 +515,12 @@ async fn run(
         }
         // The acknowledgements that have come, without waiting; then, with too many
         // awaited, the next to come.
-        while let Some(Some((count, r))) = acks.next().now_or_never() {
-            count_ack(count, r, &counters);
-        }
+        acks.take_ready(&counters);
         while acks.len() > IN_FLIGHT {
-            if let Some((count, r)) = acks.next().await {
-                count_ack(count, r, &counters);
-            }
+            acks.take_next(&counters).await;
         }
     }
-    while let Some((count, r)) = acks.next().await {
-        count_ack(count, r, &counters);
-    }
+    while acks.take_next(&counters).await {}
     let _ = client.flush().await;
 }
 
@@ -544,23 +534,56 @@ fn run_token() -> String {
     format!("{nanos:x}p{:x}", std::process::id())
 }
 
-/// A publish acknowledgement still to come, with the steps its message holds.
-type Ack = std::pin::Pin<
-    Box<
-        dyn std::future::Future<
-                Output = (
-                    u64,
-                    Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
-                ),
-            > + Send,
-    >,
->;
+/// What a publish's acknowledgement comes to.
+type AckResult = Result<jetstream::publish::PublishAck, jetstream::context::PublishError>;
 
-fn count_ack(
-    count: u64,
-    r: Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
-    counters: &Counters,
-) {
+/// A publish acknowledgement still to come, with the steps its message holds.
+type Ack = Pin<Box<dyn Future<Output = (u64, AckResult)> + Send>>;
+
+/// The acknowledgements awaited, every one of them polled from its publish on. The
+/// client starts an acknowledgement's 5 s timer when it is first polled: awaited one
+/// after another, oldest first, a server killed with N publishes in flight would hold the
+/// publisher N times 5 s (its feed full, every step dropped meanwhile); polled together,
+/// they all time out 5 s after their publish.
+#[derive(Default)]
+struct Acks(FuturesUnordered<Ack>);
+
+impl Acks {
+    /// Awaits the acknowledgement of a message of `count` steps (polled at once).
+    fn push(&mut self, count: u64, ack: impl Future<Output = AckResult> + Send + 'static) {
+        self.0.push(Box::pin(async move { (count, ack.await) }));
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Counts the acknowledgements that have come (in any order), without waiting; polls
+    /// every other one.
+    fn take_ready(&mut self, counters: &Counters) {
+        while let Some(Some((count, r))) = self.0.next().now_or_never() {
+            count_ack(count, r, counters);
+        }
+    }
+
+    /// Waits for the next acknowledgement to come, whichever it is, and counts it; `false`
+    /// when none is awaited.
+    async fn take_next(&mut self, counters: &Counters) -> bool {
+        match self.0.next().await {
+            Some((count, r)) => {
+                count_ack(count, r, counters);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+fn count_ack(count: u64, r: AckResult, counters: &Counters) {
     match r {
         Ok(_) => {
             counters.published.fetch_add(count, Ordering::Relaxed);
@@ -597,5 +620,54 @@ async fn answer_drift(client: async_nats::Client, subject: String, hub: Arc<Hub>
         if let Ok(f) = HostCodec::encode_frame(&reply) {
             let _ = client.publish(reply_to, f.0).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+    use std::sync::atomic::AtomicUsize;
+
+    /// An acknowledgement that never comes, counting in `started` when it is first polled
+    /// (when the client's would start its timer).
+    fn never(started: &Arc<AtomicUsize>) -> impl Future<Output = AckResult> + Send + 'static {
+        let started = started.clone();
+        async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            std::future::pending().await
+        }
+    }
+
+    #[test]
+    fn every_acknowledgement_awaited_is_polled_from_its_publish() {
+        let (counters, started) = (Counters::default(), Arc::new(AtomicUsize::new(0)));
+        let mut acks = Acks::default();
+        for _ in 0..100 {
+            acks.push(256, never(&started));
+            acks.take_ready(&counters);
+        }
+        // All 100 timers run (a queue polling only its oldest would have started one).
+        assert_eq!(started.load(Ordering::SeqCst), 100);
+        assert_eq!(acks.len(), 100);
+        assert_eq!(counters.failed.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn an_acknowledgement_is_counted_when_it_comes_whatever_came_before() {
+        let (counters, started) = (Counters::default(), Arc::new(AtomicUsize::new(0)));
+        let mut acks = Acks::default();
+        acks.push(7, never(&started));
+        acks.push(3, async {
+            Err(PublishError::new(PublishErrorKind::TimedOut))
+        });
+        acks.take_ready(&counters);
+        // The second one's failure is counted (and asks for a keyframe) while the first
+        // is still awaited.
+        assert_eq!(counters.failed.load(Ordering::SeqCst), 3);
+        assert!(counters.want_key.load(Ordering::SeqCst));
+        assert_eq!(acks.len(), 1);
+        let mut next = std::pin::pin!(acks.take_next(&counters));
+        assert!(next.as_mut().now_or_never().is_none());
     }
 }

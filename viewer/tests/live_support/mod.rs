@@ -368,6 +368,21 @@ impl Nats {
         }
     }
 
+    /// Pauses the server (SIGSTOP): its connections stay open, and it reads, stores and
+    /// answers nothing until [`Nats::resume`].
+    pub fn pause(&self) {
+        if let Some(p) = &self.proc {
+            p.signal("STOP");
+        }
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        if let Some(p) = &self.proc {
+            p.signal("CONT");
+        }
+    }
+
     /// Starts it again on the same port and store.
     pub fn restart(&mut self) {
         self.stop();
