@@ -1,6 +1,7 @@
 //! Hostile and heavy peers: garbage and truncated frames both ways, wrong versions and
-//! roles, tokens, the viewer cap, 100 viewers at once, and a viewer that never reads.
-//! Each costs only its own connection; the host keeps stepping and serving.
+//! roles, tokens, the viewer cap (connections without a hello hold no slot), 100 viewers at
+//! once, and a viewer that never reads. Each costs only its own connection; the host keeps
+//! stepping and serving.
 
 mod live_support;
 
@@ -288,6 +289,57 @@ fn max_viewers_refuses_the_one_too_many() {
     host.wait_status(|v| v["viewers"] == 0);
     let out = viewer(&["check", &host.addr, "--steps", "10"]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
+}
+
+/// Connections that send no whole hello (nothing, or half of one) hold no viewer slot: with
+/// `--max-viewers 1` and both waiting, a viewer's hello is welcomed, not refused as full.
+/// Past their 2 000 ms they are closed with no end message and counted as refused
+/// (docs/protocol.md, "Connections before their hello"). Tried again until the viewer was
+/// welcomed while both still waited, however slow the machine.
+#[test]
+fn connections_without_a_hello_hold_no_slot_and_are_closed_with_no_end_message() {
+    let mut host = Host::start(&[
+        "--rate",
+        "500",
+        "--max-viewers",
+        "1",
+        "--json",
+        "--status-ms",
+        "50",
+    ]);
+    let still_open = |s: &TcpStream| {
+        s.set_nonblocking(true).unwrap();
+        let open =
+            matches!(s.peek(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        s.set_nonblocking(false).unwrap();
+        open
+    };
+    let mut refused = 0;
+    for _ in 0..20 {
+        let idle = raw(&host.addr);
+        let mut half = raw(&host.addr);
+        half.write_all(&hello(1, 1, b"")[..9]).unwrap();
+        host.wait_status(|v| v["waiting"] == 2);
+        // A viewer's hello, its first frame read: a welcome, not end reason 5.
+        let mut viewer = raw(&host.addr);
+        viewer.write_all(&hello(1, 1, b"")).unwrap();
+        let mut first = [0u8; 5];
+        viewer.read_exact(&mut first).unwrap();
+        assert_eq!(first[4], 0x81, "a welcome, not an end (0x85): {first:?}");
+        let waited = still_open(&idle) && still_open(&half);
+        drop(viewer);
+        for mut s in [idle, half] {
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).unwrap();
+            assert!(got.is_empty(), "no end message: {got:?}");
+        }
+        refused += 2;
+        host.wait_status(|v| v["waiting"] == 0 && v["refused"].as_u64() >= Some(refused));
+        if waited {
+            return;
+        }
+    }
+    panic!("the viewer was never welcomed while the two connections still waited");
 }
 
 #[test]

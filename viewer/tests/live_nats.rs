@@ -1,8 +1,9 @@
 //! The live stream through NATS JetStream, with a real `nats-server` on 127.0.0.1: a late
 //! join through NATS gives the same hash rows as over TCP, `--from-step` rewinds, hostile
 //! messages published with a plain NATS client are refused with the subject, the stream
-//! sequence and the offset (a duplicate is skipped), a restarted NATS server gives no
-//! wrong verdict, and a stopped one leaves the host's TCP viewers untouched.
+//! sequence and the offset (a duplicate is skipped), what the viewer cannot start from is
+//! said in the doc's words, a restarted NATS server gives no wrong verdict, and a stopped
+//! one leaves the host's TCP viewers untouched.
 
 mod live_support;
 
@@ -718,4 +719,72 @@ fn a_drift_request_nobody_answers_gets_the_nats_note() {
         "no host answered the drift request on ostm.mute.drift within 5 s; the host has gone",
         "{d}"
     );
+}
+
+/// What the viewer cannot start from, in docs/fan-out.md's words ("What a viewer does"),
+/// each exit 2: no stream of the session's name, a stream with no
+/// keyframe yet, and `--from-step` before the oldest keyframe the stream holds.
+#[test]
+fn no_session_no_keyframe_and_none_at_or_before_the_step_are_said_as_the_doc_says() {
+    let nats = Nats::start();
+    let url = nats.url();
+    let (_, recs) = honest(12);
+    // Records but no keyframe yet.
+    publish(
+        &nats,
+        "nokey",
+        vec![("ostm.nokey.rec".into(), recs[0].clone())],
+    );
+    // The oldest keyframe held is the one of step 10.
+    let key10 = frame(&ToViewer::Snapshot {
+        kind: SnapshotKind::Attach,
+        world: default_world_at(10),
+    });
+    publish(
+        &nats,
+        "late",
+        vec![
+            ("ostm.late.key".into(), key10),
+            ("ostm.late.rec".into(), recs[10..12].concat()),
+        ],
+    );
+    let cases: [(&str, Vec<&str>, String); 4] = [
+        (
+            "absent",
+            vec!["--steps", "1"],
+            format!("no session absent on {url} (stream OSTM_absent): "),
+        ),
+        (
+            "nokey",
+            vec!["--steps", "1"],
+            format!("{url}/nokey: no keyframe yet on ostm.nokey.key: "),
+        ),
+        (
+            "late",
+            vec!["--from-step", "9", "--steps", "1"],
+            format!("{url}/late: the stream holds no keyframe at or before step 9 (its oldest has gone, or the session started later)"),
+        ),
+        // The control: from step 10 the same session is read and verified.
+        ("late", vec!["--from-step", "10", "--steps", "2"], String::new()),
+    ];
+    for (name, extra, want) in cases {
+        let addr = format!("{url}/{name}");
+        let mut args = vec!["check", addr.as_str()];
+        args.extend(extra.iter().copied());
+        let out = viewer(&args);
+        let text = stdout(&out) + &stderr(&out);
+        if want.is_empty() {
+            assert_eq!(code(&out), 0, "{args:?}: {text}");
+            assert!(
+                text.starts_with("ok: verified 2 steps (step 10 to 12)"),
+                "{text}"
+            );
+            continue;
+        }
+        assert_eq!(code(&out), 2, "{args:?}: {text}");
+        assert!(
+            text.contains(&want),
+            "{args:?}: expected `{want}` in {text}"
+        );
+    }
 }

@@ -2,9 +2,11 @@
 //! feed full), then back: a viewer reading the session afterwards names every step it did
 //! not verify in its verdict's gaps, and its gaps are exactly the ones docs/fan-out.md's
 //! gap rule gives for what the stream holds (checked here by a reading of the stream
-//! written from the doc). The keyframe the host publishes after its dropped steps closes
-//! their gap, so after a paused server the steps left unverified are exactly the steps the
-//! host dropped; after a killed one, also the steps that died with it in flight.
+//! written from the doc, which also checks the doc's "Order": records and keyframes in
+//! step order, none twice, so a failed publish is not repeated). The keyframe the host
+//! publishes after its dropped steps closes their gap, so after a paused server the steps
+//! left unverified are exactly the steps the host dropped; after a killed one, also the
+//! steps that died with it in flight.
 //!
 //! Every wait is on the host's own status lines (no sleep, no wall-clock bound): the
 //! server goes away once the host has published, comes back once the host has dropped
@@ -70,10 +72,37 @@ fn gaps_by(rule: Rule, nats: &Nats, name: &str) -> Vec<(u64, u64)> {
             };
             // `next`: the step the viewer needs; `heard`: past the highest record seen.
             let (mut next, mut heard, mut gaps) = (None::<u64>, 0u64, Vec::new());
+            // The doc's "Order": records, and keyframes, in step order, a keyframe before
+            // the record of its step; a failed publish is not repeated. Step + 1 of the
+            // last record and of the last keyframe.
+            let (mut after_rec, mut after_key) = (0u64, 0u64);
             while let Some(m) = msgs.next().await {
                 let m = m.unwrap();
                 let pending = m.info().unwrap().pending;
+                let seq = m.info().unwrap().stream_sequence;
                 for f in frames(&m.payload) {
+                    match &f {
+                        ToViewer::Snapshot { world, .. } => {
+                            assert!(
+                                world.step >= after_rec.max(after_key),
+                                "sequence {seq}: the keyframe of step {} after the record of step {} or the keyframe of step {}",
+                                world.step,
+                                after_rec.wrapping_sub(1),
+                                after_key.wrapping_sub(1)
+                            );
+                            after_key = world.step + 1;
+                        }
+                        ToViewer::Record(r) => {
+                            assert!(
+                                r.step >= after_rec,
+                                "sequence {seq}: the record of step {} after that of step {}",
+                                r.step,
+                                after_rec - 1
+                            );
+                            after_rec = r.step + 1;
+                        }
+                        _ => {}
+                    }
                     match f {
                         ToViewer::Snapshot { world, .. } => match next {
                             None => next = Some(world.step),
