@@ -9,7 +9,7 @@
 //!   viewer slots).
 //! - `tls`: the host's TLS identity, checked at startup as a viewer will check it.
 //! - `cert`: the `cert` command: a CA and the host's certificate (rcgen).
-//! - `metrics`, `metrics_http`: the Prometheus metrics and their `/metrics` endpoint.
+//! - `metrics`: the Prometheus metrics (served by `ostm_runtime::metrics`).
 //! - `publish`: the stream published to NATS JetStream.
 //! - `source`: where the world and its inputs come from.
 
@@ -20,7 +20,6 @@ mod fan_out;
 mod framing;
 mod hub;
 mod metrics;
-mod metrics_http;
 mod pending;
 mod publish;
 mod serve;

@@ -3,8 +3,8 @@
 //! already keep as atomics; nothing on those paths waits for a scrape.
 
 use crate::hub::Hub;
-use crate::metrics_http::{counter, gauge};
 use crate::pending::Pending;
+use ostm_runtime::metrics::{counter, gauge};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::info::Info;

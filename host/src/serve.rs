@@ -166,7 +166,7 @@ pub struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics (a port alone: 127.0.0.1:PORT; port
     /// 0 picks a free one, printed on the line after the first). docs/metrics.md lists
     /// them.
-    #[arg(long, value_name = "ADDR", value_parser = crate::metrics_http::parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = ostm_runtime::metrics::parse_addr)]
     pub metrics: Option<SocketAddr>,
     /// Print the address, status and end lines as JSON objects, one per line.
     #[arg(long)]
@@ -431,7 +431,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     let listener =
         listen(args.listen).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let metrics_listener = match args.metrics {
-        Some(a) => Some(crate::metrics_http::bind(a).await?),
+        Some(a) => Some(ostm_runtime::metrics::bind(a).await?),
         None => None,
     };
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -545,7 +545,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         });
         let registry = Arc::new(metrics.registry(world_labels));
         tokio::spawn(metrics.meter(metrics_stop.clone()));
-        tokio::spawn(crate::metrics_http::serve(
+        tokio::spawn(ostm_runtime::metrics::serve(
             l,
             registry,
             metrics_stop.clone(),

@@ -4,15 +4,13 @@
 //! every scraper slot is held), connections past the slots are closed at once, and the
 //! endpoint answers again once the stalled ones time out.
 
+use ostm_runtime::metrics::MAX_SCRAPERS;
 use ostm_testkit::{Proc, LIMIT};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// The endpoint's connection slots (`metrics_http::MAX_SCRAPERS`).
-const MAX_SCRAPERS: usize = 16;
 
 fn host(args: &[&str]) -> (Proc, String) {
     let mut p = Proc::spawn(

@@ -9,12 +9,14 @@
 //!   authentication and its client options).
 //! - [`signal`]: the stop signal (SIGINT, SIGTERM).
 //! - [`shell`]: the `completions` and `man` commands (clap_complete, clap_mangen).
+//! - [`metrics`]: the `/metrics` endpoint of `--metrics ADDR` (prometheus-client).
 //! - [`logging`]: the one logging set-up, `tracing` filtered by `RUST_LOG`.
 //! - [`DEFAULT_PORT`]: the TCP port when an address names none.
 
 pub mod cli;
 pub mod codec;
 pub mod logging;
+pub mod metrics;
 pub mod shell;
 pub mod signal;
 

@@ -4,10 +4,12 @@
 
 use crate::live::session::{self, Options};
 use crate::live::tls::TlsArgs;
+use crate::metrics::Metrics;
 use ostm_protocol::Dims;
 use ostm_runtime::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
 use ostm_runtime::DEFAULT_PORT;
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Arguments of `attach`, which `watch` takes too and the terminal view (`--tui`) runs.
@@ -28,8 +30,11 @@ use std::time::Duration;
   # Watch the session in the terminal (also over SSH); q or Ctrl-C stops, on drift the
   # report stays with the body marked until q; the lines and verdict follow
   ostm-viewer attach 127.0.0.1:7878 --tui --record session.ostm
+  # Keep verifying across restarts, with Prometheus metrics on http://127.0.0.1:9465/metrics
+  ostm-viewer attach 127.0.0.1:7878 --reconnect --metrics 9465
 
-Output: `attached to ADDR at step S (...)`, a `link: ...` line when the world has a link
+Output: with --metrics, first `ostm-viewer metrics on http://ADDR/metrics`; then
+`attached to ADDR at step S (...)`, a `link: ...` line when the world has a link
 block, then a status line `host step H | verified N | lag L | R steps/s` (rewritten in
 place on a terminal, once a second otherwise; lag = the host step last heard of minus the
 viewer's verified step; `| resyncs R` once there was one), `resync: ...` lines (at most
@@ -91,6 +96,8 @@ pub struct AttachArgs {
     pub fields_at: Vec<u64>,
     #[command(flatten)]
     pub bundle: BundleArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
     /// Run verification this many nice steps below reading the socket (0: the same), so
     /// that reading comes first and records wait on disk rather than the host resyncing
     /// the viewer; on a machine busy with other work, a lower value verifies sooner.
@@ -139,6 +146,27 @@ impl AttachArgs {
             fields_at: self.fields_at.iter().copied().collect(),
             ..host
         })
+    }
+}
+
+/// `--metrics ADDR` of the live commands (`attach`, `watch`, `check`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics at http://ADDR/metrics while the session runs (a port
+    /// alone: 127.0.0.1:PORT; port 0 picks a free one, printed as `ostm-viewer metrics on
+    /// http://ADDR/metrics`). docs/metrics.md lists them.
+    #[arg(long, value_name = "ADDR", value_parser = ostm_runtime::metrics::parse_addr)]
+    pub metrics: Option<SocketAddr>,
+}
+
+impl MetricsArgs {
+    /// Binds the endpoint, when asked for, for a session with `host` recording to
+    /// `record`.
+    ///
+    /// # Errors
+    /// The address cannot be bound.
+    pub fn start(&self, host: &str, record: Option<&Path>) -> Result<Metrics, String> {
+        Metrics::start(self.metrics, host, record)
     }
 }
 

@@ -6,6 +6,7 @@ mod args;
 mod cmd;
 mod exit;
 mod live;
+mod metrics;
 mod priority;
 mod progress;
 mod render;

@@ -16,7 +16,16 @@ pub fn run(mut args: AttachArgs) -> Exit {
         Ok(o) => o,
         Err(e) => return crate::exit::fail(e),
     };
+    let metrics = match args.metrics.start(&args.addr, opts.record.as_deref()) {
+        Ok(m) => m,
+        Err(e) => return crate::exit::fail(e),
+    };
     let mut lines = Lines::new(&args);
-    let outcome = session::run(&opts, |ev| lines.on(&ev));
+    lines.metrics(&metrics);
+    let outcome = session::run(&opts, |ev| {
+        metrics.on(&ev);
+        lines.on(&ev);
+    });
+    metrics.ended(&outcome);
     finish(&args, &outcome, lines)
 }

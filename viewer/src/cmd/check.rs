@@ -1,7 +1,7 @@
 //! `ostm-viewer check ADDR --steps N`: attach, verify N steps, print a one-line verdict.
 //! The command a monitoring script runs.
 
-use crate::args::{BundleArgs, HostArgs};
+use crate::args::{BundleArgs, HostArgs, MetricsArgs};
 use crate::exit::Exit;
 use crate::live::session::{self, Options, Stop};
 use crate::report::bundle::{add_bundle_json, written_line};
@@ -18,6 +18,8 @@ use crate::report::session::{drift_bundle, verdict};
   ostm-viewer check sim.example.org:7878 --steps 600 --tls
   # crontab: every 5 minutes; cron mails the line when the exit code is not 0
   */5 * * * *  ostm-viewer check 127.0.0.1:7878 --steps 600 >> $HOME/ostm-check.log || tail -n 1 $HOME/ostm-check.log
+  # Prometheus metrics on http://127.0.0.1:9465/metrics while it runs (the address on stderr)
+  ostm-viewer check 127.0.0.1:7878 --steps 100000 --metrics 9465
 
 Prints exactly one line: `ok: verified N steps (step A to B) on ADDR`, `drift: ...` or
 `error: ...` (with --json, one object: verdict, message, verified, lag, ...). On drift
@@ -44,15 +46,24 @@ pub struct Args {
     pub json: bool,
     #[command(flatten)]
     pub bundle: BundleArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// Runs `check`.
 pub fn run(mut args: Args) -> Exit {
-    let opts = match args.host.connect(&mut args.addr) {
-        Ok(host) => Options {
-            steps: Some(args.steps),
-            ..host
-        },
+    let started = args.host.connect(&mut args.addr).and_then(|host| {
+        let metrics = args.metrics.start(&args.addr, None)?;
+        Ok((host, metrics))
+    });
+    let (opts, metrics) = match started {
+        Ok((host, metrics)) => (
+            Options {
+                steps: Some(args.steps),
+                ..host
+            },
+            metrics,
+        ),
         Err(e) => {
             if args.json {
                 println!(
@@ -65,7 +76,12 @@ pub fn run(mut args: Args) -> Exit {
             return Exit::Failure;
         }
     };
-    let outcome = session::run(&opts, |_| {});
+    // The one line on stdout is the verdict: where the metrics are goes to stderr.
+    if let Some(addr) = metrics.addr() {
+        eprintln!("ostm-viewer metrics on http://{addr}/metrics");
+    }
+    let outcome = session::run(&opts, |ev| metrics.on(&ev));
+    metrics.ended(&outcome);
     let (mut exit, line, mut obj) = verdict(&outcome);
     let mut line = line.replace('\n', "; ");
     if exit == Exit::Ok

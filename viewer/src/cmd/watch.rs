@@ -28,8 +28,11 @@ use std::sync::Arc;
   ostm-viewer watch testdata/test-10000.ostm
   # Serve the page to other machines: a token is required, and is part of the URL printed
   ostm-viewer watch 127.0.0.1:7878 --ui 0.0.0.0:8080 --ui-token \"$(openssl rand -hex 16)\"
+  # Prometheus metrics too, on http://127.0.0.1:9465/metrics (served as long as the page)
+  ostm-viewer watch 127.0.0.1:7878 --metrics 9465
 
-The first line printed is the page's URL (with --json, {\"event\":\"ui\",\"url\":...}).
+The first line printed is the page's URL (with --json, {\"event\":\"ui\",\"url\":...}),
+then with --metrics where the metrics are (`ostm-viewer metrics on http://ADDR/metrics`).
 With ADDR the session is exactly attach's: its lines, --json events, recording, drift
 report and bundle, and exit code; the page shows each world the viewer verified (at most
 one per display refresh, never slowing verification), the status, a strip of the last
@@ -120,6 +123,7 @@ fn live_only(a: &AttachArgs) -> Option<&'static str> {
         (a.reconnect, "--reconnect"),
         (a.fields || !a.fields_at.is_empty(), "--fields"),
         (a.host.from_step.is_some(), "--from-step"),
+        (a.metrics.metrics.is_some(), "--metrics"),
         (
             a.host.token.token.is_some() || a.host.token.token_file.is_some(),
             "--token",
@@ -182,15 +186,28 @@ fn live(mut args: Args) -> Exit {
         Ok(rt) => rt,
         Err(e) => return fail(format!("cannot start the page's server: {e}")),
     };
+    // Bound before the page's URL is printed; its line follows the URL.
+    let metrics = match args
+        .attach
+        .metrics
+        .start(&args.attach.addr, opts.record.as_deref())
+    {
+        Ok(m) => m,
+        Err(e) => return fail(e),
+    };
     let server = match start_server(&rt, &args, Mode::Live(hub.clone())) {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
     let mut lines = Lines::new(&args.attach);
+    lines.metrics(&metrics);
     let outcome = session::run(&opts, |ev| {
+        metrics.on(&ev);
         lines.on(&ev);
         hub.on(&ev);
     });
+    // The metrics stay served with the page, the session's end in them.
+    metrics.ended(&outcome);
     let (_, _, verdict) = verdict(&outcome);
     hub.ended(&outcome, &verdict);
     let exit = finish(&args.attach, &outcome, lines);

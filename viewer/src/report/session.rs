@@ -189,6 +189,20 @@ impl Lines {
         }
     }
 
+    /// Prints where the metrics are served (`--metrics`), before the session's lines.
+    pub fn metrics(&mut self, metrics: &crate::metrics::Metrics) {
+        let Some(addr) = metrics.addr() else {
+            return;
+        };
+        if self.json {
+            self.put(
+                &serde_json::json!({"event": "metrics", "addr": addr.to_string()}).to_string(),
+            );
+        } else {
+            self.put(&format!("ostm-viewer metrics on http://{addr}/metrics"));
+        }
+    }
+
     /// Prints what `ev` tells a person or a script.
     pub fn on(&mut self, ev: &Event<'_>) {
         let (json, terminal) = (self.json, self.terminal);

@@ -56,9 +56,14 @@ pub fn run(mut args: AttachArgs) -> Exit {
     let interrupt = opts.interrupt.clone();
     let (tx, rx) = mpsc::channel();
     let to_view = tx.clone();
+    let metrics = match args.metrics.start(&args.addr, opts.record.as_deref()) {
+        Ok(m) => m,
+        Err(e) => return exit::fail(e),
+    };
     let mut lines = Lines::for_view(&args, move |l| {
         let _ = to_view.send(Msg::Line(l));
     });
+    lines.metrics(&metrics);
     let session = std::thread::Builder::new()
         .name("ostm-session".into())
         .spawn(move || {
@@ -66,8 +71,10 @@ pub fn run(mut args: AttachArgs) -> Exit {
                 if let Some(m) = message(&ev) {
                     let _ = tx.send(m);
                 }
+                metrics.on(&ev);
                 lines.on(&ev);
             });
+            metrics.ended(&outcome);
             (outcome, lines)
         });
     let mut session = match session {

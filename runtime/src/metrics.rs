@@ -1,13 +1,15 @@
-//! The `/metrics` endpoint (docs/metrics.md): a small HTTP/1.1 server that answers
-//! `GET /metrics` with the OpenMetrics text a [`Registry`] encodes, one request per
-//! connection.
+//! The `/metrics` endpoint both binaries serve with `--metrics ADDR` (docs/metrics.md): a
+//! small HTTP/1.1 server that answers `GET /metrics` with the OpenMetrics text a
+//! [`Registry`] encodes, one request per connection; and the helpers their collectors
+//! encode their counters and gauges with.
 //!
 //! It is built so that a scraper can cost the program nothing but its own task: the
 //! metrics are atomics the hot paths update and the encoding only reads; each request is
 //! encoded into a string before anything is written, so no lock is held while a slow
 //! scraper reads; at most [`MAX_SCRAPERS`] connections are served at once (more are closed
 //! at once), and each has [`REQUEST_TIMEOUT`] to send its request and as long again to
-//! take the answer.
+//! take the answer. The host serves it on its own runtime ([`bind`], [`serve`]); the
+//! viewer, whose verifier is a plain thread, on a thread of its own ([`Endpoint`]).
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -65,9 +67,74 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
 /// # Errors
 /// The address cannot be bound, in a sentence naming it.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
-    TcpListener::bind(addr).await.map_err(|e| {
-        format!("cannot listen for metrics on {addr}: {e} (choose another --metrics address)")
-    })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| bind_error(addr, &e))
+}
+
+/// The endpoint on a thread of its own, with a one-thread runtime, for a program whose
+/// work runs on plain threads: bound by [`Endpoint::start`], served until dropped.
+#[derive(Debug)]
+pub struct Endpoint {
+    addr: SocketAddr,
+    stop: CancellationToken,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Endpoint {
+    /// Binds `addr` at once (so a bad address is an error before anything is announced)
+    /// and serves `registry` there on the thread `ostm-metrics`.
+    ///
+    /// # Errors
+    /// The address cannot be bound, or the thread or its runtime cannot be made.
+    pub fn start(addr: SocketAddr, registry: Registry) -> Result<Endpoint, String> {
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| bind_error(addr, &e))?;
+        let bound = listener.local_addr().map_err(|e| bind_error(addr, &e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| bind_error(addr, &e))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the metrics endpoint: {e}"))?;
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("ostm-metrics".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    match TcpListener::from_std(listener) {
+                        Ok(l) => serve(l, Arc::new(registry), stopped).await,
+                        Err(e) => tracing::warn!("metrics: cannot serve on {bound}: {e}"),
+                    }
+                });
+            })
+            .map_err(|e| format!("cannot start the metrics endpoint: {e}"))?;
+        Ok(Endpoint {
+            addr: bound,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The bound address (port 0 resolved).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Endpoint {
+    /// Stops accepting and closes the connections being served.
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn bind_error(addr: SocketAddr, e: &std::io::Error) -> String {
+    format!("cannot listen for metrics on {addr}: {e} (choose another --metrics address)")
 }
 
 /// Serves `registry` on `listener` until `stop`.
