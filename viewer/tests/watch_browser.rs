@@ -193,7 +193,53 @@ async fn a_live_page_advances_and_shows_the_worlds_live_bodies() {
     assert!(verified.as_str().is_some(), "{verified}");
     let fps = state_until(&b, "a frame rate", |v| v["fps"].as_u64() > Some(1)).await;
     assert!(fps["drawn"].as_u64() > Some(3), "{fps}");
+    // The badge says the session's verdict; the frame's label what proves the frame.
+    assert_eq!(b.text("#verdict-state").await, "verifying");
+    assert_eq!(b.text("#check").await, "verified frame");
+    // The strip's legend and its range are two elements, side by side, not one text.
+    let range = b
+        .until(
+            "the strip's range",
+            "return document.getElementById('strip-range').textContent;",
+            |v| v.as_str().is_some_and(|t| t.starts_with("steps ")),
+        )
+        .await;
+    assert!(
+        range.as_str().unwrap().contains(" to "),
+        "strip range: {range}"
+    );
+    let legend = b.text("#strip-legend").await;
+    assert!(
+        legend.ends_with("drift") && !legend.contains("steps"),
+        "the legend holds no range: {legend}"
+    );
+    let apart = b
+        .js("const r = document.getElementById('strip-range'); \
+             const l = document.getElementById('strip-legend'); \
+             return r.closest('.legend') === null && \
+               l.getBoundingClientRect().right < r.getBoundingClientRect().left;")
+        .await;
+    assert_eq!(
+        apart, true,
+        "the range is apart from the legend, to its right"
+    );
     b.screenshot("live").await;
+    // The host stops: the session has ended, and the badge says so and why; the frame
+    // shown is the last verified one.
+    host.interrupt();
+    let ended = b
+        .until(
+            "the ended verdict",
+            "return document.getElementById('verdict').dataset.verdict;",
+            |v| v == "ended",
+        )
+        .await;
+    assert_eq!(ended, "ended");
+    assert_eq!(b.text("#verdict-state").await, "ended");
+    let why = b.text("#verdict-why").await;
+    assert!(why.contains("the host ended the stream"), "{why}");
+    assert_eq!(b.text("#check").await, "last verified frame");
+    b.screenshot("live-ended").await;
     b.close().await;
     p.interrupt_expecting_exit_0();
 }
@@ -237,9 +283,23 @@ async fn a_perturbed_host_makes_the_page_show_the_drift_report() {
     assert_eq!(b.text("#drift-body").await, body.to_string());
     assert_eq!(b.text("#drift-field").await, "velocity.y");
     assert!(b.text("#drift-stages").await.contains("every stage agrees"));
-    // The picture stops at the last verified world, with the body marked.
+    // The picture stops at the last verified world, with the body marked, labelled as the
+    // last verified frame; the badge says the session's verdict: drift, where.
     assert_eq!(s["step"], STEP - 1);
     assert_eq!(s["check"], "verified");
+    b.until(
+        "the drift verdict",
+        "return document.getElementById('verdict').dataset.verdict;",
+        |v| v == "drift",
+    )
+    .await;
+    assert_eq!(b.text("#verdict-state").await, "drift");
+    let why = b.text("#verdict-why").await;
+    assert!(
+        why.contains(&format!("drift at step {STEP}: body {body} velocity.y")),
+        "{why}"
+    );
+    assert_eq!(b.text("#check").await, "last verified frame");
     let marked = b
         .js("return Array.from(document.querySelectorAll('#picture g.body.marked')).map(g => g.dataset.index);")
         .await;
@@ -251,7 +311,15 @@ async fn a_perturbed_host_makes_the_page_show_the_drift_report() {
             .await;
         let s = state_until(&b, world, |v| v["world"] == world).await;
         assert_eq!((&s["step"], &s["check"]), (&STEP.into(), &"drift".into()));
+        let label = b.text("#check").await;
+        assert!(
+            label.contains(&format!(
+                "{world}'s world at the drifting step: not verified"
+            )),
+            "{label}"
+        );
     }
+    assert_eq!(b.text("#verdict-state").await, "drift");
     b.screenshot("drift-host").await;
     let end = b.text("#end-message").await;
     assert!(

@@ -15,6 +15,11 @@
     hover: null,
     drift: null,
     ended: null,
+    // Live: attached (a world came), the reason while reconnecting, and the verdict the
+    // badge shows ({state, why}).
+    attached: false,
+    lost: null,
+    verdict: { state: "connecting", why: "" },
     errors: [],
     // Replay.
     playing: false,
@@ -57,7 +62,7 @@
     return `${(n / (1 << 20)).toFixed(1)} MiB`;
   };
   const CHECK_TEXT = {
-    verified: "verified",
+    verified: "verified frame",
     snapshot: "host snapshot (not yet verified)",
     drift: "not verified: drift",
     matches_row: "matches the hash row",
@@ -105,6 +110,10 @@
 
     frame(m) {
       if (st.mode === "live") {
+        if (!st.attached) {
+          st.attached = true;
+          showVerdict();
+        }
         // Drawn at the next display refresh; the next is asked for then.
         st.inbox = m;
         st.asked = false;
@@ -122,6 +131,9 @@
     },
 
     status(m) {
+      st.lost = m.lost || null;
+      if (m.step !== null && m.step !== undefined) st.attached = true;
+      showVerdict();
       $("host-step").textContent = num(m.host_step);
       $("verified").textContent = num(m.verified);
       $("lag").textContent = num(m.lag);
@@ -166,6 +178,8 @@
         b.onclick = () => send({ type: "world", world: w });
         box.appendChild(b);
       }
+      showVerdict();
+      if (st.frame) showCheck(st.frame);
     },
 
     end(m) {
@@ -173,6 +187,8 @@
       $("end").hidden = false;
       $("end-message").textContent = m.message;
       document.body.dataset.state = `ended-${m.verdict}`;
+      showVerdict();
+      if (st.frame) showCheck(st.frame);
     },
 
     error(m) {
@@ -212,6 +228,50 @@
     }
   }
 
+  // The badge: the session's verdict, apart from what proves the frame shown. Verifying
+  // (attached and connected), reconnecting (and why), drift (and where), ended (and why:
+  // the session's last line); connecting before the attach.
+  function showVerdict() {
+    if (st.mode !== "live") return;
+    let state = "connecting";
+    let why = "";
+    if (st.ended) {
+      state = { drift: "drift", ok: "ended" }[st.ended.verdict] || "failed";
+      why = String(st.ended.message || "").split("\n")[0];
+    } else if (st.drift) {
+      state = "drift";
+      why = st.drift.report.summary;
+    } else if (st.lost) {
+      state = "reconnecting";
+      why = st.lost;
+    } else if (st.attached) {
+      state = "verifying";
+    }
+    if (st.verdict.state === state && st.verdict.why === why) return;
+    st.verdict = { state, why };
+    $("verdict").dataset.verdict = state;
+    $("verdict-state").textContent = state === "failed" ? "ended" : state;
+    $("verdict-why").textContent = why;
+    $("verdict").title = why ? `the session's verdict: ${state}: ${why}` : `the session's verdict: ${state}`;
+  }
+
+  // What proves the frame shown: after a drift or the end, a verified frame is the last
+  // verified one; the drifting step's worlds are named.
+  function showCheck(m) {
+    let text = CHECK_TEXT[m.check] || m.check;
+    let cls = m.check;
+    if (st.mode === "live" && m.check === "verified" && (st.drift || st.ended)) {
+      text = "last verified frame";
+      cls = "last_verified";
+    } else if (m.world === "viewer") {
+      text = "the viewer's world at the drifting step: not verified";
+    } else if (m.world === "host") {
+      text = "the host's world at the drifting step: not verified";
+    }
+    $("check").textContent = text;
+    $("check").className = `check ${cls}`;
+  }
+
   // A frame: the viewer's picture as it is, then the page's own marks on top of it.
   function draw(m) {
     for (const g of document.querySelectorAll("#picture g.body.marked, #picture g.body.pinned")) {
@@ -222,8 +282,7 @@
     st.setMs += performance.now() - t0;
     st.frame = m;
     $("step").textContent = num(m.step);
-    $("check").textContent = CHECK_TEXT[m.check] || m.check;
-    $("check").className = `check ${m.check}`;
+    showCheck(m);
     $("live-count").textContent = m.alive;
     $("slots").textContent = m.slots;
     if (m.marked !== null) mark(m.marked, "marked");
@@ -311,7 +370,7 @@
       g.fillStyle = colours[kind] || "#888";
       g.fillRect(x0, 0, Math.max(kind === "verified" ? 0 : 2, x1 - x0), c.height);
     }
-    $("strip-range").textContent = ` — steps ${num(s.from)} to ${num(s.to)}`;
+    $("strip-range").textContent = `steps ${num(s.from)} to ${num(s.to)}`;
   }
 
   // Replay: one request in flight; the latest step wanted waits for it.
