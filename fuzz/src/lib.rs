@@ -42,7 +42,7 @@ pub const NAME: &str = "fuzz-input";
 pub type Check = fn(&[u8]);
 
 /// The targets, by name: `fuzz/fuzz_targets/<name>.rs` and `fixtures/fuzz/<name>/`.
-pub const TARGETS: [(&str, Check); 10] = [
+pub const TARGETS: [(&str, Check); 11] = [
     ("replay", replay),
     ("replay_stream", replay_stream),
     ("wire_viewer", wire_viewer),
@@ -53,6 +53,7 @@ pub const TARGETS: [(&str, Check); 10] = [
     ("trace", trace),
     ("seek", seek),
     ("journal", journal),
+    ("session", session),
 ];
 
 /// Steps above which a target does not also run the replay (the run is not what is
@@ -794,4 +795,180 @@ fn journal_as_is(data: &[u8]) {
         }
     }
     let _ = std::fs::remove_file(&part);
+}
+
+// ---------------------------------------------------------------------------------------
+// The session core
+
+/// The viewer's sans-IO verifier (`ostm_protocol::session::Verifier`) fed a hostile
+/// sequence of inputs: each byte of the fuzzer's is one event beside a real host world
+/// (a record, a record withheld, a duplicate, a record with another hash, a resync of this
+/// world or another, a lost connection, a reconnection, a keyframe after lost records, an
+/// end, time passing, a drift reply). Whatever the order: no panic; a record is verified
+/// only when the host's hash for its step number equals the viewer's; no step is verified
+/// twice; the verified count is the number of records verified; a stopped session stays
+/// stopped; every restart's step is the world's; the summary's gaps run forward.
+pub fn session(data: &[u8]) {
+    use ostm_protocol::session::{Event, Goal, Input, Limits, Restart, Transmit, Verifier};
+    use ostm_protocol::sim::op::encode_input;
+    use ostm_protocol::sim::scenario::Scenario;
+    use ostm_protocol::wire::{DriftReply, DriftStatus, End, EndReason, RecordRef};
+    use ostm_protocol::{Dims, Setup};
+    use std::collections::{BTreeMap, BTreeSet};
+
+    let Some((&head, body)) = data.split_first() else {
+        return;
+    };
+    let setup = Setup {
+        dims: if head & 1 == 0 {
+            Dims::Two
+        } else {
+            Dims::Three
+        },
+        bodies: 1 + (head >> 1) % 8,
+        seed: u32::from(head),
+    };
+    let mut host = World::new(setup, None);
+    let mut scenario = Scenario::new(setup.seed);
+    let other = World::new(
+        Setup {
+            seed: setup.seed ^ 0x5555,
+            ..setup
+        },
+        None,
+    );
+    let limits = Limits {
+        drift_reply_ms: 100,
+        checkpoint_every: 1 + usize::from(head % 7),
+    };
+    let goal = Goal {
+        steps: (head % 5 == 0).then_some(u64::from(head) * 3),
+        until: None,
+    };
+    let mut v = Verifier::new(limits, goal, head & 2 == 0);
+    // The host's hash after each step, by the step the record carries.
+    let mut hashes: BTreeMap<u64, u64> = BTreeMap::new();
+    // Every record sent so far: (step, hash, input, ops).
+    let mut sent: Vec<(u64, u64, Vec<u8>, Vec<Op>)> = Vec::new();
+    let mut verified: BTreeSet<u64> = BTreeSet::new();
+    let mut connection = 0u64;
+    let mut now = 0u64;
+    let mut stopped = false;
+    let mut rejoins = 0usize;
+    for &b in body {
+        let mut record = None;
+        match b % 16 {
+            0..=6 => {
+                let step = host.step;
+                let ops = scenario.next_input(&host);
+                host.step(&ops);
+                hashes.insert(step, host.hash());
+                sent.push((step, host.hash(), encode_input(&ops), ops));
+                if b % 16 != 6 {
+                    record = sent.last().cloned();
+                }
+            }
+            7 => record = sent.get(usize::from(b >> 4) % sent.len().max(1)).cloned(),
+            8 => {
+                if let Some(mut r) = sent.last().cloned() {
+                    r.1 ^= 1 << (b >> 4);
+                    record = Some(r);
+                }
+            }
+            9 => v.handle(Input::Resync(host.clone())),
+            10 => v.handle(Input::Resync(other.clone())),
+            11 if b >> 4 < 8 => v.handle(Input::Missing {
+                why: "missing".into(),
+            }),
+            11 => v.handle(Input::Lost {
+                why: "lost".into(),
+                last: b >> 4 == 15,
+            }),
+            12 => {
+                connection += 1;
+                v.handle(Input::Attached {
+                    world: host.clone(),
+                    connection,
+                })
+            }
+            13 => v.handle(Input::Rejoined {
+                world: if b >> 4 == 0 {
+                    other.clone()
+                } else {
+                    host.clone()
+                },
+                why: "a keyframe".into(),
+            }),
+            14 => v.handle(Input::End(End {
+                reason: EndReason::from_byte(b >> 4).unwrap_or(EndReason::Finished),
+                text: "end".into(),
+                host_step: host.step,
+            })),
+            _ => {
+                now += u64::from(b >> 4) * 10;
+                match v.poll_transmit() {
+                    Some(Transmit::DriftRequest { step, .. }) if b >> 4 < 4 => v
+                        .handle_drift_reply(DriftReply {
+                            step,
+                            status: DriftStatus::Held,
+                            world: Some(host.clone()),
+                            stages: None,
+                        }),
+                    Some(_) => v.handle_drift_unanswered("gone"),
+                    None => v.handle_timeout(now),
+                }
+            }
+        }
+        if let Some((step, hash, input, ops)) = record {
+            let before = v.verified();
+            let r = RecordRef {
+                step,
+                hash,
+                input: &input,
+            };
+            match v.handle_record(r, &ops) {
+                Some(h) => {
+                    assert!(!stopped, "a record verified after the session stopped");
+                    assert_eq!(h, hash, "the verified hash is the record's");
+                    assert_eq!(
+                        hashes.get(&step),
+                        Some(&h),
+                        "verified against another hash than the host's for step {step}"
+                    );
+                    assert!(verified.insert(step), "step {step} verified twice");
+                    assert_eq!(v.world().step, step + 1);
+                    assert_eq!(v.verified(), before + 1);
+                }
+                None => assert_eq!(v.verified(), before, "not verified, yet counted"),
+            }
+        }
+        while let Some(e) = v.poll_event() {
+            match e {
+                Event::Restarted { to, cause, .. } => {
+                    assert_eq!(to, v.world().step, "the restart's step is the world's");
+                    if cause != Restart::Resync {
+                        rejoins += 1;
+                    }
+                }
+                Event::Stopped => {
+                    assert!(!stopped, "stopped twice");
+                    stopped = true;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            stopped,
+            v.is_stopped(),
+            "the stop was not reported as an event"
+        );
+        assert_eq!(v.verified(), verified.len() as u64);
+    }
+    let summary = v.summary(host.step);
+    assert_eq!(
+        summary.gaps.len(),
+        rejoins + usize::from(summary.open_gap.is_some()),
+        "every rejoin is a gap, and an open one last"
+    );
+    assert_eq!(summary.verified, verified.len() as u64);
 }

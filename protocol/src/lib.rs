@@ -20,6 +20,8 @@
 //!     drift bundle, keyframes, the pose cache and the seek index.
 //! - [`wire`]: the live protocol's messages and the sans-IO codec that frames them.
 //! - [`cursor`], [`error`]: bounds-checked reading and the one error type, used by all.
+//! - [`session`]: the viewer's session, sans-IO: verification by step number, restarts,
+//!   gaps, drift evidence.
 //!
 //! Nothing here does I/O on a socket or reads a clock: the simulation is deterministic,
 //! and the codec works on byte buffers. The binaries' runtime glue is `ostm-runtime`.
@@ -28,6 +30,7 @@
 pub mod cursor;
 pub mod error;
 pub mod format;
+pub mod session;
 pub mod sim;
 pub mod wire;
 

@@ -578,6 +578,8 @@ fn rejoin_restarted(dir: &Path, again: &[&str]) -> (serde_json::Value, serde_jso
         "--reconnect",
         "--json",
     ]);
+    let attached = until_event(&mut v, |e| e["event"] == "attached");
+    let attached = attached["step"].as_u64().unwrap();
     until_event(&mut v, |e| {
         e["event"] == "status" && e["step"].as_u64().unwrap() > 2000
     });
@@ -588,8 +590,10 @@ fn rejoin_restarted(dir: &Path, again: &[&str]) -> (serde_json::Value, serde_jso
     let restarted = Host::start_at(&addr, &args, &[]);
     let gap = until_event(&mut v, |e| e["event"] == "gap");
     let to = gap["to"].as_u64().unwrap();
+    // Past the first file's first step too (a loaded machine may attach late), so that
+    // the files of one world overlap where the steps ran again.
     until_event(&mut v, |e| {
-        e["event"] == "status" && e["step"].as_u64().unwrap() > to + 20
+        e["event"] == "status" && e["step"].as_u64().unwrap() > to.max(attached) + 20
     });
     v.signal("INT");
     let out = v.finish();

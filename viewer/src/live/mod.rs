@@ -8,13 +8,14 @@
 //!   connection ended).
 //! - [`spool`]: the queue between reader and verifier, spilling to disk.
 //! - [`tls`]: the viewer's TLS options and set-up.
-//! - [`session`]: the verifier, fed by the spool: verify, record, report.
+//! - [`session`]: the driver of the sans-IO verifier ([`ostm_protocol::session`]), fed by
+//!   the spool: verify, record, report.
 //! - [`sessions`]: what a NATS server holds of ostm sessions (`sessions`).
-//! - [`drift`]: the drift report (the one place drift is handled).
+//! - [`bundle`]: where a drift report's failure bundle is written.
 //! - [`record`]: a recording that continues in a new numbered file across a resync.
 //! - [`watermark`]: the reader's receive low-water mark for a fast host.
 
-pub mod drift;
+pub mod bundle;
 pub mod nats;
 pub mod network;
 pub mod record;
@@ -23,5 +24,4 @@ pub mod sessions;
 pub mod shared;
 pub mod spool;
 pub mod tls;
-pub mod trail;
 pub mod watermark;

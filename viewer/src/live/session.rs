@@ -1,21 +1,22 @@
-//! One live session: the reader ([`network`]) fills the [`Spool`] with what the host sends,
-//! as fast as it arrives; the verifier here takes those messages in order, rebuilds the
-//! world from each snapshot, verifies every record by step number, records, and explains
-//! the first drift. The verifier does not know where its messages came from: it is fed
-//! [`Item`]s (docs/protocol.md, "The viewer's reader and verifier").
+//! One live session's driver: the reader ([`network`]) fills the [`Spool`] with what the
+//! host sends, as fast as it arrives; this loop takes those messages in order and feeds
+//! them to the sans-IO core ([`Verifier`]), which rebuilds the world from each snapshot,
+//! verifies every record by step number and explains the first drift. Around it the
+//! driver keeps what touches the world outside: the recording, the status ticker and its
+//! clock, the drift request's round trip, the fields and frames the views ask for
+//! (docs/protocol.md, "The viewer's reader and verifier").
 
-use super::drift::{on_drift, DriftReport, Evidence};
-use super::network::{self, Dial, Network};
+use super::network::{Dial, Network};
 use super::record::{Recording, Unfinished, Written};
 pub use super::shared::Interrupt;
-use super::shared::{Shared, DRIFT_REPLY_TIMEOUT};
+use super::shared::Shared;
 use super::spool::{Backlog, Item, Spool};
-use super::trail::Trail;
 use ostm_protocol::format::recording::{check_target, Durability};
-use ostm_protocol::format::trace::setup_line;
+use ostm_protocol::session::{self, Goal, Input, Limits, Restart, Transmit, Verifier};
+pub use ostm_protocol::session::{Failure, Gap, Stop};
 use ostm_protocol::sim::fields::{self, Fields};
 use ostm_protocol::sim::op::for_each_op;
-use ostm_protocol::wire::{End, RecordRef, ToHost, Welcome};
+use ostm_protocol::wire::{RecordRef, ToHost, Welcome};
 use ostm_protocol::{Op, World};
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -100,47 +101,6 @@ impl Options {
     }
 }
 
-/// Why the session stopped.
-#[derive(Debug)]
-pub enum Stop {
-    /// `--steps` or `--until` was reached.
-    Asked,
-    /// Ctrl-C.
-    Interrupted,
-    /// The host sent an end message.
-    HostEnded(End),
-    /// The first mismatch, explained.
-    Drift(Box<DriftReport>),
-    /// A connection or protocol failure.
-    Failed(String),
-}
-
-/// A stretch of steps the viewer never saw: its connection was lost, or (NATS) they were
-/// not on the stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Gap {
-    /// The viewer's step when the connection was lost.
-    pub from: u64,
-    /// The step it joined at again.
-    pub to: u64,
-    pub why: String,
-    /// A reconnection that joined the host at a step before `from`: a restarted host
-    /// (steps `to..from` are verified again; how far the old stream went past `from` is
-    /// not known).
-    pub behind: bool,
-    /// A reconnection that joined another world (a host restarted with one): its setup
-    /// line (`setup dims=… bodies=… seed=… link=…`), and the one before.
-    pub world: Option<(String, String)>,
-}
-
-impl Gap {
-    /// The steps never seen, when that is known: `to - from`; `None` for a host that came
-    /// back behind the viewer or with another world.
-    pub fn steps(&self) -> Option<u64> {
-        (!self.behind && self.world.is_none()).then(|| self.to.saturating_sub(self.from))
-    }
-}
-
 /// What the session did.
 #[derive(Debug)]
 pub struct Outcome {
@@ -152,8 +112,11 @@ pub struct Outcome {
     /// Steps verified.
     pub verified: u64,
     pub resyncs: u64,
-    /// Reconnections, each with the steps it missed.
+    /// Stretches never verified, each with why: lost connections, records lost on NATS, and
+    /// one still open when the stream ended.
     pub gaps: Vec<Gap>,
+    /// The steps each resync went over.
+    pub resynced: Vec<Gap>,
     /// Recording files written, in order.
     pub files: Vec<Written>,
     /// A recording failure, if finishing the files failed.
@@ -244,35 +207,29 @@ pub enum Event<'a> {
     },
 }
 
-struct State {
-    world: World,
-    verified: u64,
-    resyncs: u64,
-    gaps: Vec<Gap>,
-    /// Why the connection was lost, while waiting for the reconnection.
-    lost: Option<String>,
+/// What the driver keeps beside the core: the recording, the fields and frames the views
+/// ask for, the backlog's peak.
+struct Around {
     recording: Option<Recording>,
     started: Instant,
-    /// The connection the current world's records come from.
-    connection: u64,
-    /// The fields of `world`, when asked to compute them.
+    /// The fields of the core's world, when asked to compute them.
     fields: Option<Fields>,
     /// Steps of `fields_at` not reported yet.
     fields_due: BTreeSet<u64>,
     fields_missed: Vec<(u64, String)>,
     backlog_peak: Backlog,
-    /// A step has been verified since the current world's snapshot.
-    stepped: bool,
+    throttled: u64,
+    throttle_start: Instant,
 }
 
-impl State {
+impl Around {
     /// Reports the world as a frame when a view asked for one.
-    fn frame(&self, opts: &Options, events: &mut impl FnMut(Event<'_>)) {
+    fn frame(&self, opts: &Options, core: &Verifier, events: &mut impl FnMut(Event<'_>)) {
         if let Some(f) = &opts.frames {
             if f.take() {
                 events(Event::Frame {
-                    world: &self.world,
-                    verified: self.stepped,
+                    world: core.world(),
+                    verified: core.stepped(),
                 });
             }
         }
@@ -281,23 +238,39 @@ impl State {
     /// The world changed (a verified step, or a snapshot): computes its fields when asked,
     /// reports them at a step asked for, and counts asked-for steps now behind the world
     /// as missed (`why`: what went past them; a verified step never does).
-    fn reached(&mut self, opts: &Options, why: &str, events: &mut impl FnMut(Event<'_>)) {
+    fn reached(
+        &mut self,
+        opts: &Options,
+        world: &World,
+        why: &str,
+        events: &mut impl FnMut(Event<'_>),
+    ) {
         if !opts.computes_fields() {
             return;
         }
-        let f = fields::compute(&self.world);
-        let step = self.world.step;
+        let f = fields::compute(world);
+        let step = world.step;
         while let Some(&due) = self.fields_due.first().filter(|&&d| d < step) {
             self.fields_due.remove(&due);
             self.fields_missed.push((due, why.to_string()));
         }
         if self.fields_due.remove(&step) {
-            events(Event::Fields {
-                world: &self.world,
-                fields: &f,
-            });
+            events(Event::Fields { world, fields: &f });
         }
         self.fields = Some(f);
+    }
+
+    /// `--throttle` (tests): at most that many verified steps per second.
+    fn throttle(&mut self, opts: &Options) {
+        if let Some(per_second) = opts.throttle {
+            self.throttled += 1;
+            let due = self.throttle_start
+                + Duration::from_secs_f64(self.throttled as f64 / per_second.max(1) as f64);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
     }
 }
 
@@ -310,27 +283,45 @@ fn spool_dir(record: Option<&Path>) -> PathBuf {
     }
 }
 
-/// Runs a session to its end; `events` sees progress. Ctrl-C or SIGTERM stops it.
-pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
-    let mut out = Outcome {
-        stop: Stop::Asked,
+/// An outcome that stopped before the reader started.
+fn failed_early(why: String) -> Outcome {
+    Outcome {
+        stop: Stop::Failed(Failure::Other(why)),
         attached_at: None,
         step: 0,
         verified: 0,
         resyncs: 0,
         gaps: Vec::new(),
+        resynced: Vec::new(),
         files: Vec::new(),
         record_error: None,
         unfinished: Vec::new(),
         host_step: 0,
         fields_missed: Vec::new(),
         backlog_peak: Backlog::default(),
-    };
+    }
+}
+
+/// Runs a session to its end; `events` sees progress. Ctrl-C or SIGTERM stops it.
+pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
     if let Some(path) = &opts.record {
         if let Err(e) = check_target(path, opts.force) {
-            out.stop = Stop::Failed(e);
-            return out;
+            return failed_early(e);
         }
+    }
+    let nats = match super::nats::parse(&opts.addr) {
+        None => None,
+        Some(Ok(target)) => Some(super::nats::Dial {
+            target,
+            auth: opts.nats_auth.clone(),
+            from_step: opts.from_step,
+        }),
+        Some(Err(e)) => return failed_early(e),
+    };
+    if opts.from_step.is_some() && nats.is_none() {
+        return failed_early(
+            "--from-step needs a session on NATS (nats://HOST:PORT/NAME): a TCP host streams from its current step".into(),
+        );
     }
     let spool = Arc::new(Spool::new(&spool_dir(opts.record.as_deref())));
     let shared = Arc::new(Shared {
@@ -344,133 +335,421 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         throttle_read: opts.throttle_read,
         tls: opts.tls.clone(),
     };
-    let nats = match super::nats::parse(&opts.addr) {
-        None => None,
-        Some(Ok(target)) => Some(super::nats::Dial {
-            target,
-            auth: opts.nats_auth.clone(),
-            from_step: opts.from_step,
-        }),
-        Some(Err(e)) => {
-            out.stop = Stop::Failed(e);
-            return out;
-        }
-    };
-    if opts.from_step.is_some() && nats.is_none() {
-        out.stop = Stop::Failed(
-            "--from-step needs a session on NATS (nats://HOST:PORT/NAME): a TCP host streams from its current step".into(),
-        );
-        return out;
-    }
     let net = match Network::start(dial, nats, spool.clone(), shared.clone()) {
         Ok(n) => n,
-        Err(e) => {
-            out.stop = Stop::Failed(format!("cannot start the reader: {e}"));
-            return out;
-        }
+        Err(e) => return failed_early(format!("cannot start the reader: {e}")),
     };
-    let (welcome, world) = match first_attach(&spool, &shared) {
-        Ok(a) => a,
-        Err(stop) => {
-            out.stop = stop;
-            net.stop();
-            return out;
-        }
+    let goal = Goal {
+        steps: opts.steps,
+        until: opts.until,
     };
-    out.attached_at = Some(world.step);
-    if let Some(u) = opts.until.filter(|&u| u <= world.step) {
-        out.step = world.step;
-        out.stop = Stop::Failed(format!(
-            "--until {u} is at or below the step the viewer attached at ({}): there is nothing to verify",
-            world.step
-        ));
-        net.stop();
-        return out;
-    }
-    // The recording's header and start snapshot are on disk before the attach is
-    // reported: a process killed right after its `attached` line leaves a recoverable file.
-    let recording = match &opts.record {
-        Some(path) => match Recording::start(path, &world, opts.durability) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                out.stop = Stop::Failed(format!("cannot record to {}: {e}", path.display()));
-                net.stop();
-                return out;
-            }
+    let limits = Limits {
+        drift_reply_ms: net.reply_wait.as_millis() as u64,
+        ..Limits::default()
+    };
+    let mut driver = Driver {
+        opts,
+        spool: &spool,
+        shared: &shared,
+        net,
+        core: Verifier::new(limits, goal, opts.reconnect.is_some()),
+        around: Around {
+            recording: None,
+            started: Instant::now(),
+            fields: None,
+            fields_due: opts.fields_at.clone(),
+            fields_missed: Vec::new(),
+            backlog_peak: Backlog::default(),
+            throttled: 0,
+            throttle_start: Instant::now(),
         },
-        None => None,
+        ticker: Ticker {
+            next_status: Instant::now() + STATUS_EVERY,
+            clock_in: CLOCK_EVERY,
+        },
+        welcome: None,
+        open_gap_to: 0,
     };
-    events(Event::Attached {
-        welcome: &welcome,
-        world: &world,
-    });
-    let mut st = State {
-        world,
-        verified: 0,
-        resyncs: 0,
-        gaps: Vec::new(),
-        lost: None,
-        recording,
-        started: Instant::now(),
-        connection: shared.connection.load(Ordering::SeqCst),
-        fields: None,
-        fields_due: opts.fields_at.clone(),
-        fields_missed: Vec::new(),
-        backlog_peak: Backlog::default(),
-        stepped: false,
-    };
-    shared.viewer_step.store(st.world.step, Ordering::Relaxed);
-    let why = format!("the viewer attached at step {}, after it", st.world.step);
-    st.reached(opts, &why, &mut events);
-    let stop = if opts.steps == Some(0) || opts.until.is_some_and(|u| st.world.step >= u) {
-        Stop::Asked
-    } else {
-        verify_loop(opts, &spool, &shared, &net, &mut st, &mut events)
-    };
-    net.stop();
-    out.stop = stop;
-    out.step = st.world.step;
-    out.verified = st.verified;
-    out.resyncs = st.resyncs;
-    out.gaps = std::mem::take(&mut st.gaps);
-    out.host_step = shared.host_step.load(Ordering::Relaxed).max(st.world.step);
-    out.backlog_peak = st.backlog_peak;
-    out.fields_missed = std::mem::take(&mut st.fields_missed);
-    let end = st.world.step;
-    out.fields_missed.extend(
-        st.fields_due
-            .iter()
-            .map(|&s| (s, format!("not reached: the viewer stopped at step {end}"))),
-    );
-    if let Some(r) = st.recording {
-        let done = r.finish();
-        out.files = done.files;
-        out.unfinished = done.unfinished;
-        out.record_error = done
-            .error
-            .map(|e| format!("cannot finish the recording: {e}"));
+    driver.attach(&mut events);
+    if driver.core.attached_at().is_some() && !driver.core.is_stopped() {
+        driver.verify_loop(&mut events);
     }
-    out
+    driver.finish()
 }
 
-/// Waits for the first connection's attach snapshot.
-fn first_attach(spool: &Spool, shared: &Shared) -> Result<(Welcome, World), Stop> {
-    loop {
-        if shared.interrupted.is_set() {
-            return Err(Stop::Interrupted);
-        }
-        match spool.pop(STATUS_EVERY) {
-            Err(e) => return Err(Stop::Failed(format!("cannot read the spool: {e}"))),
-            Ok(Some(Item::Attached { welcome, world })) => return Ok((welcome, world)),
-            Ok(Some(Item::Lost { why, .. })) => return Err(Stop::Failed(why)),
-            Ok(Some(other)) => {
-                return Err(Stop::Failed(format!(
-                    "expected the host's snapshot first, found {other:?}"
-                )))
+/// The loop around the core.
+struct Driver<'a> {
+    opts: &'a Options,
+    spool: &'a Spool,
+    shared: &'a Shared,
+    net: Network,
+    core: Verifier,
+    around: Around,
+    ticker: Ticker,
+    /// The first connection's welcome, until the attach is reported.
+    welcome: Option<Welcome>,
+    /// Where a gap still open at the end runs to (the reader's last step of the stream).
+    open_gap_to: u64,
+}
+
+impl Driver<'_> {
+    /// Waits for the first connection's attach snapshot, starts the recording at it (on
+    /// disk before the attach is reported: a process killed right after its `attached`
+    /// line leaves a recoverable file), and reports the attach.
+    fn attach(&mut self, events: &mut impl FnMut(Event<'_>)) {
+        while self.core.attached_at().is_none() && !self.core.is_stopped() {
+            if self.shared.interrupted.is_set() {
+                self.core.interrupt();
+                return;
             }
-            Ok(None) if shared.interrupted.is_set() => return Err(Stop::Interrupted),
-            Ok(None) => {}
+            match self.spool.pop(STATUS_EVERY) {
+                Err(e) => self.core.fail(format!("cannot read the spool: {e}")),
+                Ok(Some(item)) => self.take(item, events),
+                Ok(None) => {}
+            }
         }
+    }
+
+    fn verify_loop(&mut self, events: &mut impl FnMut(Event<'_>)) {
+        crate::priority::lower_thread_priority(self.opts.verifier_nice);
+        let mut ops: Vec<Op> = Vec::new();
+        // Items taken from the spool, many at a time.
+        let mut pending: VecDeque<Item> = VecDeque::new();
+        while !self.core.is_stopped() {
+            if self.shared.interrupted.is_set() {
+                self.core.interrupt();
+                break;
+            }
+            if pending.is_empty() {
+                if let Err(e) = self.spool.pop_into(STATUS_EVERY, &mut pending, TAKE) {
+                    self.core.fail(format!("cannot read the spool: {e}"));
+                    break;
+                }
+            }
+            let item = pending.pop_front();
+            self.tick(pending.is_empty(), events);
+            match item {
+                // Idle: a view that asked still gets the world it holds.
+                None => self.around.frame(self.opts, &self.core, events),
+                Some(Item::Record(r)) => {
+                    ops.clear();
+                    // The codec checked the input when it decoded the record.
+                    let _ = for_each_op("record", &r.input, 0, |op| ops.push(op));
+                    self.record(RecordRef::from(&r), &ops, events);
+                }
+                Some(Item::Records(run)) => {
+                    // A run may hold thousands of records: the status keeps its pace within it.
+                    let decoded = run.decode_each(&mut ops, |r, ops| {
+                        self.tick(false, events);
+                        if self.core.is_stopped() {
+                            return false;
+                        }
+                        self.record(r, ops, events);
+                        !self.core.is_stopped()
+                    });
+                    if let Err(e) = decoded {
+                        self.core.fail(format!("protocol error: {e}"));
+                    }
+                }
+                Some(item) => self.take(item, events),
+            }
+        }
+    }
+
+    /// One item other than records: into the core, then what it says.
+    fn take(&mut self, item: Item, events: &mut impl FnMut(Event<'_>)) {
+        let input = match item {
+            Item::Attached { welcome, world } => {
+                if self.welcome.is_none() && self.core.attached_at().is_none() {
+                    self.welcome = Some(welcome);
+                }
+                Input::Attached {
+                    world,
+                    connection: self.shared.connection.load(Ordering::SeqCst),
+                }
+            }
+            Item::Resync(world) => {
+                debug!(from = self.core.world().step, to = world.step, "resync");
+                Input::Resync(world)
+            }
+            Item::End(e) => Input::End(e),
+            Item::Lost { why, last } => Input::Lost { why, last },
+            Item::Gap { to, world, why } => {
+                // The NATS reader's gap (docs/fan-out.md, "Gaps"), given as the feed gives it.
+                let open = world.is_none();
+                session::feed::gap(&mut self.core, world, why);
+                if open {
+                    // The stream ended (or was lost) inside the gap: it stays open.
+                    self.open_gap_to = self.open_gap_to.max(to);
+                    let gap = Gap::new(
+                        self.core.world().step,
+                        to,
+                        self.core.summary(to).open_gap.unwrap_or_default(),
+                    );
+                    events(Event::Gap {
+                        gap: &gap,
+                        file: None,
+                    });
+                }
+                self.after(events);
+                return;
+            }
+            Item::Record(r) => {
+                let mut ops = Vec::new();
+                let _ = for_each_op("record", &r.input, 0, |op| ops.push(op));
+                self.record(RecordRef::from(&r), &ops, events);
+                return;
+            }
+            Item::Records(run) => {
+                let mut ops = Vec::new();
+                let _ = run.decode_each(&mut ops, |r, ops| {
+                    self.record(r, ops, events);
+                    !self.core.is_stopped()
+                });
+                return;
+            }
+        };
+        self.core.handle(input);
+        self.after(events);
+    }
+
+    /// Verifies one record, records it, and answers a drift.
+    fn record(&mut self, r: RecordRef<'_>, ops: &[Op], events: &mut impl FnMut(Event<'_>)) {
+        match self.core.handle_record(r, ops) {
+            Some(hash) => {
+                let world = self.core.world();
+                self.shared.viewer_step.store(world.step, Ordering::Relaxed);
+                self.around.reached(self.opts, world, "", events);
+                self.around.frame(self.opts, &self.core, events);
+                self.around.throttle(self.opts);
+                if let Some(rec) = self.around.recording.as_mut() {
+                    if let Err(e) = rec.push(r.input, hash) {
+                        self.core.fail(format!("cannot write the recording: {e}"));
+                    }
+                }
+            }
+            None => self.drift_round_trip(),
+        }
+        if self.core.is_stopped() {
+            self.after(events);
+        }
+    }
+
+    /// The drift request's round trip: sends it on the connection that sent the step (or
+    /// says it was replaced), then gives the core the host's answer or the time until its
+    /// deadline passes.
+    fn drift_round_trip(&mut self) {
+        let Some(Transmit::DriftRequest { step, connection }) = self.core.poll_transmit() else {
+            return;
+        };
+        if connection != self.shared.connection.load(Ordering::SeqCst) {
+            self.core.handle_drift_unanswered(session::REPLACED);
+            return;
+        }
+        // Replies or connection ends left from before are not about this request.
+        while self.net.replies.try_recv().is_ok() {}
+        self.net.send(ToHost::DriftRequest { step });
+        let start = Instant::now();
+        let now = || start.elapsed().as_millis() as u64;
+        self.core.handle_timeout(now());
+        while let Some(deadline) = self.core.poll_timeout() {
+            let left = Duration::from_millis(deadline.saturating_sub(now()));
+            match self.net.replies.recv_timeout(left) {
+                Ok(Ok(reply)) => self.core.handle_drift_reply(reply),
+                Ok(Err(why)) => self.core.handle_drift_unanswered(why),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    self.core.handle_drift_unanswered(self.net.gone)
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => self.core.handle_timeout(now()),
+            }
+        }
+    }
+
+    /// What the core said: the attach, restarts (a new recording file), losses.
+    fn after(&mut self, events: &mut impl FnMut(Event<'_>)) {
+        while let Some(e) = self.core.poll_event() {
+            match e {
+                session::Event::Attached { step } => self.attached(step, events),
+                session::Event::Restarted { from, to, cause } => {
+                    self.restarted(from, to, cause, events)
+                }
+                session::Event::Lost { step, why } => events(Event::Lost { step, why: &why }),
+                session::Event::Stopped => {}
+            }
+        }
+    }
+
+    fn attached(&mut self, step: u64, events: &mut impl FnMut(Event<'_>)) {
+        if let Some(path) = &self.opts.record {
+            match Recording::start(path, self.core.world(), self.opts.durability) {
+                Ok(r) => self.around.recording = Some(r),
+                Err(e) => {
+                    self.core
+                        .fail(format!("cannot record to {}: {e}", path.display()));
+                    return;
+                }
+            }
+        }
+        if let Some(welcome) = &self.welcome {
+            events(Event::Attached {
+                welcome,
+                world: self.core.world(),
+            });
+        }
+        self.shared.viewer_step.store(step, Ordering::Relaxed);
+        let why = format!("the viewer attached at step {step}, after it");
+        self.around
+            .reached(self.opts, self.core.world(), &why, events);
+    }
+
+    fn restarted(
+        &mut self,
+        from: u64,
+        to: u64,
+        cause: Restart,
+        events: &mut impl FnMut(Event<'_>),
+    ) {
+        let world = self.core.world();
+        let file = match self.around.recording.as_mut().map(|r| r.resync(world)) {
+            Some(Err(e)) => {
+                let after = match cause {
+                    Restart::Resync => "a resync",
+                    Restart::Reconnect(_) => "reconnecting",
+                    Restart::Rejoin(_) => "a gap",
+                };
+                self.core
+                    .fail(format!("cannot continue the recording after {after}: {e}"));
+                return;
+            }
+            Some(Ok(p)) => Some(p),
+            None => None,
+        };
+        self.shared.viewer_step.store(to, Ordering::Relaxed);
+        let why = match &cause {
+            Restart::Resync => {
+                events(Event::Resync {
+                    from,
+                    to,
+                    file: file.as_ref(),
+                });
+                format!("a resync took the viewer from step {from} to step {to} over it")
+            }
+            Restart::Reconnect(gap) => {
+                events(Event::Reconnected {
+                    gap,
+                    file: file.as_ref(),
+                });
+                format!("the connection was lost at step {from} and made again at step {to}")
+            }
+            Restart::Rejoin(gap) => {
+                events(Event::Gap {
+                    gap,
+                    file: file.as_ref(),
+                });
+                format!("steps {from} to {to} never came")
+            }
+        };
+        self.around
+            .reached(self.opts, self.core.world(), &why, events);
+    }
+
+    /// The status tick: the clock is read once per [`CLOCK_EVERY`] items or records (and
+    /// whenever the spool ran dry), not per record; when the status is due, the recording
+    /// is flushed and the status reported.
+    fn tick(&mut self, dry: bool, events: &mut impl FnMut(Event<'_>)) {
+        if !self.ticker.due(dry) {
+            return;
+        }
+        if self.shared.interrupted.is_set() {
+            self.core.interrupt();
+            return;
+        }
+        if Instant::now() < self.ticker.next_status {
+            return;
+        }
+        self.ticker.next_status = Instant::now() + STATUS_EVERY;
+        if let Some(rec) = self.around.recording.as_mut() {
+            if let Err(e) = rec.tick() {
+                self.core.fail(format!("cannot write the recording: {e}"));
+                return;
+            }
+        }
+        let backlog = self.spool.backlog();
+        let peak = &mut self.around.backlog_peak;
+        peak.records = peak.records.max(backlog.records);
+        peak.on_disk = peak.on_disk.max(backlog.on_disk);
+        peak.peak_disk_bytes = backlog.peak_disk_bytes;
+        events(Event::Status(self.status(backlog.records)));
+    }
+
+    /// The current progress.
+    fn status(&self, backlog: u64) -> Status {
+        let secs = self.around.started.elapsed().as_secs_f64();
+        let step = self.core.world().step;
+        Status {
+            host_step: self.shared.host_step.load(Ordering::Relaxed).max(step),
+            step,
+            verified: self.core.verified(),
+            resyncs: self.core.resyncs(),
+            gaps: self.core.gaps().len() as u64,
+            backlog,
+            rate: if secs > 0.0 {
+                self.core.verified() as f64 / secs
+            } else {
+                0.0
+            },
+            fields: self
+                .around
+                .fields
+                .as_ref()
+                .map(|f| (f.max_density(), f.max_occupancy())),
+        }
+    }
+
+    /// The outcome: the reader stopped, the core's summary, the recording finished.
+    fn finish(mut self) -> Outcome {
+        self.net.stop();
+        let host_step = self
+            .shared
+            .host_step
+            .load(Ordering::Relaxed)
+            .max(self.core.world().step)
+            .max(self.open_gap_to);
+        let summary = self.core.summary(host_step);
+        let stop = self.core.take_stop().unwrap_or(Stop::Failed(Failure::Other(
+            "the session stopped without a reason".into(),
+        )));
+        let mut out = Outcome {
+            stop,
+            attached_at: summary.attached_at,
+            step: summary.step,
+            verified: summary.verified,
+            resyncs: summary.resyncs,
+            gaps: summary.gaps,
+            resynced: summary.resynced,
+            files: Vec::new(),
+            record_error: None,
+            unfinished: Vec::new(),
+            host_step,
+            fields_missed: std::mem::take(&mut self.around.fields_missed),
+            backlog_peak: self.around.backlog_peak,
+        };
+        let end = summary.step;
+        out.fields_missed.extend(
+            self.around
+                .fields_due
+                .iter()
+                .map(|&s| (s, format!("not reached: the viewer stopped at step {end}"))),
+        );
+        if let Some(r) = self.around.recording.take() {
+            let done = r.finish();
+            out.files = done.files;
+            out.unfinished = done.unfinished;
+            out.record_error = done
+                .error
+                .map(|e| format!("cannot finish the recording: {e}"));
+        }
+        out
     }
 }
 
@@ -479,432 +758,22 @@ fn first_attach(spool: &Spool, shared: &Shared) -> Result<(Welcome, World), Stop
 /// a busy verifier never makes the host resync the viewer; the records wait in the spool.
 pub const VERIFIER_NICENESS: i32 = 10;
 
-fn verify_loop(
-    opts: &Options,
-    spool: &Spool,
-    shared: &Shared,
-    net: &Network,
-    st: &mut State,
-    events: &mut impl FnMut(Event<'_>),
-) -> Stop {
-    crate::priority::lower_thread_priority(opts.verifier_nice);
-    let mut ticker = Ticker {
-        next_status: Instant::now() + STATUS_EVERY,
-        clock_in: CLOCK_EVERY,
-    };
-    let mut ops: Vec<Op> = Vec::new();
-    let mut one = OneRecord {
-        opts,
-        net,
-        shared,
-        trail: Trail::new(&st.world),
-        throttled: 0,
-        throttle_start: Instant::now(),
-    };
-    // Items taken from the spool, many at a time.
-    let mut pending: VecDeque<Item> = VecDeque::new();
-    loop {
-        if shared.interrupted.is_set() {
-            return Stop::Interrupted;
-        }
-        if pending.is_empty() {
-            if let Err(e) = spool.pop_into(STATUS_EVERY, &mut pending, TAKE) {
-                return Stop::Failed(format!("cannot read the spool: {e}"));
-            }
-        }
-        let item = pending.pop_front();
-        if let Err(stop) = ticker.count(pending.is_empty(), st, shared, spool, events) {
-            return stop;
-        }
-        let Some(item) = item else {
-            // Idle: a view that asked still gets the world it holds.
-            st.frame(opts, events);
-            continue;
-        };
-        match item {
-            Item::Record(r) => {
-                ops.clear();
-                // The codec checked the input when it decoded the record.
-                let _ = for_each_op("record", &r.input, 0, |op| ops.push(op));
-                if let Err(stop) = one.verify(RecordRef::from(&r), &ops, st, events) {
-                    return stop;
-                }
-            }
-            Item::Records(run) => {
-                let mut stop = None;
-                // A run may hold thousands of records: the status keeps its pace within it.
-                let decoded = run.decode_each(&mut ops, |r, ops| {
-                    match ticker
-                        .count(false, st, shared, spool, events)
-                        .and_then(|()| one.verify(r, ops, st, events))
-                    {
-                        Ok(()) => true,
-                        Err(s) => {
-                            stop = Some(s);
-                            false
-                        }
-                    }
-                });
-                if let Some(stop) = stop {
-                    return stop;
-                }
-                if let Err(e) = decoded {
-                    return Stop::Failed(format!("protocol error: {e}"));
-                }
-            }
-            Item::Resync(world) => {
-                let from = st.world.step;
-                debug!(from, to = world.step, "resync");
-                if world.setup() != st.world.setup() || world.link() != st.world.link() {
-                    return Stop::Failed(
-                        "protocol error: a resync snapshot of another world".into(),
-                    );
-                }
-                st.resyncs += 1;
-                st.world = world;
-                st.stepped = false;
-                one.trail.restart(&st.world);
-                let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
-                    Some(Err(e)) => {
-                        return Stop::Failed(format!(
-                            "cannot continue the recording after a resync: {e}"
-                        ))
-                    }
-                    Some(Ok(p)) => Some(p),
-                    None => None,
-                };
-                shared.viewer_step.store(st.world.step, Ordering::Relaxed);
-                events(Event::Resync {
-                    from,
-                    to: st.world.step,
-                    file: file.as_ref(),
-                });
-                let why = format!(
-                    "a resync took the viewer from step {from} to step {} over it",
-                    st.world.step
-                );
-                st.reached(opts, &why, events);
-                if opts.until.is_some_and(|u| st.world.step >= u) {
-                    return Stop::Asked;
-                }
-            }
-            Item::Gap { to, world, why } => {
-                let gap = Gap {
-                    from: st.world.step,
-                    to,
-                    why,
-                    behind: false,
-                    world: None,
-                };
-                let mut file = None;
-                if let Some(world) = world {
-                    if world.setup() != st.world.setup() || world.link() != st.world.link() {
-                        return Stop::Failed(
-                            "protocol error: a keyframe of another world closes a gap".into(),
-                        );
-                    }
-                    st.world = world;
-                    st.stepped = false;
-                    one.trail.restart(&st.world);
-                    file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
-                        Some(Err(e)) => {
-                            return Stop::Failed(format!(
-                                "cannot continue the recording after a gap: {e}"
-                            ))
-                        }
-                        Some(Ok(p)) => Some(p),
-                        None => None,
-                    };
-                    shared.viewer_step.store(st.world.step, Ordering::Relaxed);
-                }
-                events(Event::Gap {
-                    gap: &gap,
-                    file: file.as_ref(),
-                });
-                let why = format!("steps {} to {} never came", gap.from, gap.to);
-                st.gaps.push(gap);
-                st.reached(opts, &why, events);
-                if opts.until.is_some_and(|u| st.world.step >= u) {
-                    return Stop::Asked;
-                }
-            }
-            Item::End(e) => {
-                if opts.reconnect.is_some() && network::reconnects_after(&e) {
-                    let why = format!(
-                        "the host ended the stream ({}: {})",
-                        e.reason.name(),
-                        e.text
-                    );
-                    events(Event::Lost {
-                        step: st.world.step,
-                        why: &why,
-                    });
-                    st.lost = Some(why);
-                } else {
-                    return Stop::HostEnded(e);
-                }
-            }
-            Item::Lost { why, last } => {
-                if last {
-                    return Stop::Failed(why);
-                }
-                events(Event::Lost {
-                    step: st.world.step,
-                    why: &why,
-                });
-                st.lost = Some(why);
-            }
-            Item::Attached { world, .. } => {
-                let why = st
-                    .lost
-                    .take()
-                    .unwrap_or_else(|| "the connection was made again".into());
-                // A restarted host may come back behind the viewer, or with another world
-                // (docs/protocol.md, "Reconnecting").
-                let other = (world.setup() != st.world.setup() || world.link() != st.world.link())
-                    .then(|| {
-                        (
-                            setup_line(&world.setup(), world.link()),
-                            setup_line(&st.world.setup(), st.world.link()),
-                        )
-                    });
-                let gap = Gap {
-                    from: st.world.step,
-                    to: world.step,
-                    why,
-                    behind: world.step < st.world.step,
-                    world: other,
-                };
-                st.connection = shared.connection.load(Ordering::SeqCst);
-                st.world = world;
-                st.stepped = false;
-                one.trail.restart(&st.world);
-                let file = match st.recording.as_mut().map(|r| r.resync(&st.world)) {
-                    Some(Err(e)) => {
-                        return Stop::Failed(format!(
-                            "cannot continue the recording after reconnecting: {e}"
-                        ))
-                    }
-                    Some(Ok(p)) => Some(p),
-                    None => None,
-                };
-                shared.viewer_step.store(st.world.step, Ordering::Relaxed);
-                events(Event::Reconnected {
-                    gap: &gap,
-                    file: file.as_ref(),
-                });
-                let why = format!(
-                    "the connection was lost at step {} and made again at step {}",
-                    gap.from, gap.to
-                );
-                st.gaps.push(gap);
-                st.reached(opts, &why, events);
-                if opts.until.is_some_and(|u| st.world.step >= u) {
-                    return Stop::Asked;
-                }
-            }
-        }
-    }
-}
-
-/// The current progress.
-fn status(st: &State, shared: &Shared, backlog: u64) -> Status {
-    let secs = st.started.elapsed().as_secs_f64();
-    Status {
-        host_step: shared.host_step.load(Ordering::Relaxed).max(st.world.step),
-        step: st.world.step,
-        verified: st.verified,
-        resyncs: st.resyncs,
-        gaps: st.gaps.len() as u64,
-        backlog,
-        rate: if secs > 0.0 {
-            st.verified as f64 / secs
-        } else {
-            0.0
-        },
-        fields: st
-            .fields
-            .as_ref()
-            .map(|f| (f.max_density(), f.max_occupancy())),
-    }
-}
-
-/// Asks the host for its snapshot at the drifting step (when the connection that sent the
-/// step is still the current one), then hands the evidence to [`on_drift`].
-/// The status tick: the clock is read once per [`CLOCK_EVERY`] items or records (and
-/// whenever the spool ran dry), not per record; when the status is due, the recording is
-/// flushed and the status reported.
+/// When to read the clock: once per [`CLOCK_EVERY`] items or records, and whenever the
+/// spool ran dry.
 struct Ticker {
     next_status: Instant,
     clock_in: u32,
 }
 
 impl Ticker {
-    fn count(
-        &mut self,
-        dry: bool,
-        st: &mut State,
-        shared: &Shared,
-        spool: &Spool,
-        events: &mut impl FnMut(Event<'_>),
-    ) -> Result<(), Stop> {
+    fn due(&mut self, dry: bool) -> bool {
         self.clock_in = self.clock_in.saturating_sub(1);
         if !(self.clock_in == 0 || dry) {
-            return Ok(());
+            return false;
         }
         self.clock_in = CLOCK_EVERY;
-        if shared.interrupted.is_set() {
-            return Err(Stop::Interrupted);
-        }
-        if Instant::now() < self.next_status {
-            return Ok(());
-        }
-        self.next_status = Instant::now() + STATUS_EVERY;
-        if let Some(rec) = st.recording.as_mut() {
-            if let Err(e) = rec.tick() {
-                return Err(Stop::Failed(format!("cannot write the recording: {e}")));
-            }
-        }
-        let backlog = spool.backlog();
-        st.backlog_peak.records = st.backlog_peak.records.max(backlog.records);
-        st.backlog_peak.on_disk = st.backlog_peak.on_disk.max(backlog.on_disk);
-        st.backlog_peak.peak_disk_bytes = backlog.peak_disk_bytes;
-        events(Event::Status(status(st, shared, backlog.records)));
-        Ok(())
+        true
     }
-}
-
-/// What verifying one record needs besides the session's state.
-struct OneRecord<'a> {
-    opts: &'a Options,
-    net: &'a Network,
-    shared: &'a Shared,
-    /// The world before the step being verified, for a drift report.
-    trail: Trail,
-    throttled: u64,
-    throttle_start: Instant,
-}
-
-impl OneRecord<'_> {
-    /// Runs one record's step and compares its hash; records it. `Err(stop)` ends the
-    /// session (drift, a protocol error, or the steps asked for are done).
-    fn verify(
-        &mut self,
-        r: RecordRef<'_>,
-        ops: &[Op],
-        st: &mut State,
-        events: &mut impl FnMut(Event<'_>),
-    ) -> Result<(), Stop> {
-        let opts = self.opts;
-        if st.lost.is_some() {
-            return Err(Stop::Failed(
-                "protocol error: a record after the connection was lost".into(),
-            ));
-        }
-        if r.step != st.world.step {
-            return Err(Stop::Failed(format!(
-                "protocol error: a record for step {}, expected step {}",
-                r.step, st.world.step
-            )));
-        }
-        st.world.step(ops);
-        let hash = st.world.hash();
-        if hash != r.hash {
-            let before = self.trail.world();
-            return Err(Stop::Drift(Box::new(drift(
-                self.net,
-                self.shared,
-                st,
-                before,
-                r,
-                hash,
-            ))));
-        }
-        self.trail.verified(r.input, &st.world);
-        st.verified += 1;
-        st.stepped = true;
-        self.shared
-            .viewer_step
-            .store(st.world.step, Ordering::Relaxed);
-        st.reached(opts, "", events);
-        st.frame(opts, events);
-        if let Some(per_second) = opts.throttle {
-            self.throttled += 1;
-            let due = self.throttle_start
-                + Duration::from_secs_f64(self.throttled as f64 / per_second.max(1) as f64);
-            let now = Instant::now();
-            if due > now {
-                std::thread::sleep(due - now);
-            }
-        }
-        if let Some(rec) = st.recording.as_mut() {
-            if let Err(e) = rec.push(r.input, hash) {
-                return Err(Stop::Failed(format!("cannot write the recording: {e}")));
-            }
-        }
-        if opts.steps.is_some_and(|n| st.verified >= n)
-            || opts.until.is_some_and(|u| st.world.step >= u)
-        {
-            return Err(Stop::Asked);
-        }
-        Ok(())
-    }
-}
-
-fn drift(
-    net: &Network,
-    shared: &Shared,
-    st: &State,
-    before: World,
-    r: RecordRef<'_>,
-    hash: u64,
-) -> DriftReport {
-    let step = st.world.step;
-    let mut reply = None;
-    let mut no_reply = None;
-    if st.connection != shared.connection.load(Ordering::SeqCst) {
-        no_reply = Some("the connection that sent the step has since been replaced".into());
-    } else {
-        // Replies or connection ends left from before are not about this request.
-        while net.replies.try_recv().is_ok() {}
-        net.send(ToHost::DriftRequest { step });
-        let deadline = Instant::now() + net.reply_wait;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match net.replies.recv_timeout(left) {
-                Ok(Ok(d)) if d.step == step => {
-                    reply = Some(d);
-                    break;
-                }
-                Ok(Ok(_)) => continue,
-                Ok(Err(why)) => {
-                    no_reply = Some(why);
-                    break;
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    no_reply = Some(net.gone.into());
-                    break;
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    no_reply = Some(format!(
-                        "the host did not answer the drift request within {} s",
-                        DRIFT_REPLY_TIMEOUT.as_secs()
-                    ));
-                    break;
-                }
-            }
-        }
-    }
-    on_drift(&Evidence {
-        step,
-        host_hash: r.hash,
-        viewer_hash: hash,
-        viewer_before: before,
-        viewer_after: st.world.clone(),
-        input: r.input.to_vec(),
-        reply,
-        no_reply,
-    })
 }
 
 #[cfg(test)]

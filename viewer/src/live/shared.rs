@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long to wait for the host's answer to a drift request.
-pub const DRIFT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long to wait for the host's answer to a drift request (the session core's
+/// deadline, [`ostm_protocol::session::DRIFT_REPLY_MS`]).
+pub const DRIFT_REPLY_TIMEOUT: Duration =
+    Duration::from_millis(ostm_protocol::session::DRIFT_REPLY_MS);
 
 /// What the reader and the verifier share.
 #[derive(Debug, Default)]

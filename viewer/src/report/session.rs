@@ -7,7 +7,7 @@ use super::out;
 use super::replay::link_info;
 use crate::args::{AttachArgs, BundleArgs};
 use crate::exit::Exit;
-use crate::live::drift::{default_bundle_path, write_bundle};
+use crate::live::bundle::{default_bundle_path, write_bundle};
 use crate::live::session::{Event, Gap, Outcome, Status, Stop};
 use ostm_protocol::sim::fields::{density_decimal, Fields};
 use ostm_protocol::World;
@@ -421,6 +421,7 @@ pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
         "verified": o.verified,
         "resyncs": o.resyncs,
         "gaps": o.gaps.iter().map(gap_json).collect::<Vec<_>>(),
+        "resynced": o.resynced.iter().map(|g| serde_json::json!({"from": g.from, "to": g.to, "steps": g.to.saturating_sub(g.from)})).collect::<Vec<_>>(),
         "backlog_peak": o.backlog_peak.records,
         "backlog_peak_on_disk": o.backlog_peak.on_disk,
         "files": o.files.iter().map(|w| serde_json::json!({"path": w.path.display().to_string(), "steps": w.steps, "start_step": w.start_step})).collect::<Vec<_>>(),

@@ -18,9 +18,9 @@
 //! frame (the terminal's, or a test backend's).
 
 use super::world::{self, Mark};
-use crate::live::drift::DriftReport;
 use crate::live::session::{Outcome, Status, Stop};
 use crate::strip::{Kind, Strip};
+use ostm_protocol::session::DriftReport;
 use ostm_protocol::sim::fields::density_decimal;
 use ostm_protocol::{Dims, World};
 use ratatui::layout::{Constraint, Layout, Rect};

@@ -5,8 +5,11 @@
 //! says (the latest keyframe, then an ordered consumer from its stream sequence).
 
 use futures::{SinkExt, StreamExt};
+use ostm_protocol::session::{self, Feed, Goal, Input, Limits, Stop};
 use ostm_protocol::sim::op::for_each_op;
-use ostm_protocol::wire::{Hello, PeerRole, Record, SnapshotKind, ToHost, ToViewer, VERSION};
+use ostm_protocol::wire::{
+    Hello, PeerRole, Record, RecordRef, SnapshotKind, ToHost, ToViewer, VERSION,
+};
 use ostm_protocol::{Op, World};
 use ostm_runtime::ViewerFrameCodec;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -33,9 +36,11 @@ pub struct Counts {
     pub resyncs: AtomicU64,
 }
 
-/// One viewer's verifier: its world, and the times it verified stamped steps.
+/// One viewer: the viewer's own sans-IO verifier ([`session::Verifier`]), and the times
+/// it verified stamped steps.
 pub struct Verifier {
-    world: Option<World>,
+    core: session::Verifier,
+    feed: Feed,
     ops: Vec<Op>,
     every: u64,
     /// (world step, unix ns when verified), for steps that are multiples of `every`.
@@ -46,7 +51,8 @@ pub struct Verifier {
 impl Verifier {
     pub fn new(every: u64) -> Verifier {
         Verifier {
-            world: None,
+            core: session::Verifier::new(Limits::default(), Goal::default(), false),
+            feed: Feed::new(),
             ops: Vec::new(),
             every: every.max(1),
             verdicts: Vec::new(),
@@ -56,34 +62,84 @@ impl Verifier {
 
     /// The step the next record must have, once attached.
     fn next(&self) -> Option<u64> {
-        self.world.as_ref().map(|w| w.step)
+        self.core.attached_at().map(|_| self.core.world().step)
     }
 
-    fn snapshot(&mut self, world: World, resync: bool) {
-        if resync {
-            self.counts.resyncs.fetch_add(1, Ordering::Relaxed);
+    /// A snapshot: the attach (the first), or a resync on the same connection.
+    fn snapshot(&mut self, world: World) {
+        let input = match self.core.attached_at() {
+            None => Input::Attached {
+                world,
+                connection: 0,
+            },
+            Some(_) => Input::Resync(world),
+        };
+        self.core.handle(input);
+        self.events();
+    }
+
+    /// A keyframe on the stream, by the rule the viewer's NATS reader follows ([`Feed`]).
+    fn keyframe(&mut self, world: World) {
+        self.feed.keyframe(&mut self.core, world);
+        self.events();
+    }
+
+    /// A record on the stream: skipped when a repeat or inside a gap, verified otherwise.
+    fn stream_record(&mut self, r: &Record) -> Result<(), String> {
+        self.decode(r)?;
+        let fed = self
+            .feed
+            .record(&mut self.core, RecordRef::from(r), &self.ops);
+        self.events();
+        match fed {
+            Some(_) => {
+                self.verified_one();
+                Ok(())
+            }
+            None if self.core.is_stopped() => Err(self.why_stopped(r)),
+            None => Ok(()),
         }
-        self.world = Some(world);
+    }
+
+    fn events(&mut self) {
+        while let Some(e) = self.core.poll_event() {
+            if let session::Event::Restarted { .. } = e {
+                self.counts.resyncs.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn decode(&mut self, r: &Record) -> Result<(), String> {
+        self.ops.clear();
+        let ops = &mut self.ops;
+        for_each_op("record", &r.input, 0, |op| ops.push(op)).map_err(|e| e.to_string())
+    }
+
+    fn why_stopped(&self, r: &Record) -> String {
+        match self.core.stop() {
+            Some(Stop::Failed(f)) => f.to_string(),
+            _ => format!("drift at step {}", r.step + 1),
+        }
+    }
+
+    fn verified_one(&mut self) {
+        self.counts.verified.fetch_add(1, Ordering::Relaxed);
+        let step = self.core.world().step;
+        if step.is_multiple_of(self.every) {
+            self.verdicts.push((step, now_ns()));
+        }
     }
 
     fn record(&mut self, r: &Record) -> Result<(), String> {
-        let Some(w) = self.world.as_mut() else {
-            return Err("a record before the snapshot".into());
-        };
-        if w.step != r.step {
-            return Err(format!("record {} for the world at {}", r.step, w.step));
+        self.decode(r)?;
+        if self
+            .core
+            .handle_record(RecordRef::from(r), &self.ops)
+            .is_none()
+        {
+            return Err(self.why_stopped(r));
         }
-        self.ops.clear();
-        let ops = &mut self.ops;
-        for_each_op("record", &r.input, 0, |op| ops.push(op)).map_err(|e| e.to_string())?;
-        w.step(ops);
-        if w.hash() != r.hash {
-            return Err(format!("drift at step {}", w.step));
-        }
-        self.counts.verified.fetch_add(1, Ordering::Relaxed);
-        if w.step.is_multiple_of(self.every) {
-            self.verdicts.push((w.step, now_ns()));
-        }
+        self.verified_one();
         Ok(())
     }
 }
@@ -129,7 +185,7 @@ pub async fn tcp(
                 if kind == SnapshotKind::Attach {
                     attached.fetch_add(1, Ordering::Relaxed);
                 }
-                v.snapshot(world, kind == SnapshotKind::Resync);
+                v.snapshot(world);
             }
             ToViewer::Record(r) => {
                 v.record(&r)?;
@@ -226,7 +282,7 @@ pub async fn nats(
         _ = stop.cancelled() => return Ok(v),
         j = join => j.map_err(|e| format!("{NOT_ATTACHED}{e}"))?,
     };
-    v.snapshot(world, false);
+    v.snapshot(world);
     attached.fetch_add(1, Ordering::Relaxed);
     loop {
         let msg = tokio::select! {
@@ -244,18 +300,12 @@ pub async fn nats(
                     let ToViewer::Record(r) = m else {
                         return Err(format!("{subject}: not a record"));
                     };
-                    // Below the next step: a repeat; past it: not verifiable until a
-                    // keyframe closes the gap.
-                    if Some(r.step) == v.next() {
-                        v.record(&r)?;
-                    }
+                    v.stream_record(&r)?;
                 }
             }
             Leaf::Keyframes => {
                 if let Some(ToViewer::Snapshot { world, .. }) = frames(&msg.payload)?.pop() {
-                    if Some(world.step) > v.next() {
-                        v.snapshot(world, true);
-                    }
+                    v.keyframe(world);
                 }
             }
             Leaf::End => break,

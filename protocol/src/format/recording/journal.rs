@@ -431,6 +431,39 @@ impl Drop for Unfinished<'_> {
     }
 }
 
+/// A step in making a finished file whole on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The whole file, written under its temporary name, is synced.
+    SyncTemp,
+    /// It is renamed over the finished name.
+    RenameOver,
+}
+
+/// The order [`assemble`] takes the steps in: sync, then rename, so that the finished name
+/// never points at bytes a crash could still lose.
+pub const FINISH: [Finish; 2] = [Finish::SyncTemp, Finish::RenameOver];
+
+static RENAME_BEFORE_SYNC: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// The order the steps are taken in: [`FINISH`], unless the simulation planted the fault
+/// that renames first ([`plant_rename_before_sync`]).
+pub fn finish_order() -> [Finish; 2] {
+    if RENAME_BEFORE_SYNC.load(std::sync::atomic::Ordering::Relaxed) {
+        [Finish::RenameOver, Finish::SyncTemp]
+    } else {
+        FINISH
+    }
+}
+
+/// Plants the fault `scripts/simulate --plant rename-before-sync` must catch: finished
+/// files are renamed before they are synced. Never called outside that simulation.
+#[doc(hidden)]
+pub fn plant_rename_before_sync() {
+    RENAME_BEFORE_SYNC.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Turns the in-progress file `journal` into the replay `out` (written to
 /// `out.part.tmp`, synced, then renamed over `out`): its header, start snapshot and row 0,
 /// then every whole record up to the first that is not whole, whose input does not
@@ -554,12 +587,18 @@ pub fn assemble(journal: &Path, out: &Path, verify: bool) -> Result<Assembled, A
     file.seek(SeekFrom::Start(head.count_at as u64))
         .map_err(write_err)?;
     file.write_all(&steps.to_le_bytes()).map_err(write_err)?;
-    file.sync_all().map_err(write_err)?;
+    for step in finish_order() {
+        match step {
+            Finish::SyncTemp => file.sync_all().map_err(write_err)?,
+            Finish::RenameOver => {
+                std::fs::rename(&tmp, out).map_err(|err| AssembleError::Output {
+                    path: out.to_path_buf(),
+                    err,
+                })?
+            }
+        }
+    }
     drop(file);
-    std::fs::rename(&tmp, out).map_err(|err| AssembleError::Output {
-        path: out.to_path_buf(),
-        err,
-    })?;
     unfinished.done = true;
     Ok(Assembled {
         path: out.to_path_buf(),

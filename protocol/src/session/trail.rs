@@ -3,15 +3,18 @@
 //! (and at every snapshot), and the inputs verified since. When a step drifts, the world
 //! before it is the checkpoint run on through those inputs.
 
-use ostm_protocol::sim::op::for_each_op;
-use ostm_protocol::{Op, World};
+use crate::sim::op::for_each_op;
+use crate::{Op, World};
 
 /// Verified steps between two checkpoints: a drift costs at most this many steps to
 /// rebuild the world before it; a verified step costs a copy of its input.
 pub const CHECKPOINT_EVERY: usize = 4096;
 
 /// A checkpoint and the inputs verified since.
+#[derive(Debug, Clone)]
 pub struct Trail {
+    /// Verified steps between two checkpoints.
+    every: usize,
     checkpoint: World,
     /// The inputs since the checkpoint, end to end.
     inputs: Vec<u8>,
@@ -22,10 +25,18 @@ pub struct Trail {
 impl Trail {
     /// A trail that starts at `world`.
     pub fn new(world: &World) -> Trail {
+        Trail::with_checkpoints(world, CHECKPOINT_EVERY)
+    }
+
+    /// A trail that starts at `world` and takes a checkpoint every `every` verified steps
+    /// (at least 1).
+    pub fn with_checkpoints(world: &World, every: usize) -> Trail {
+        let every = every.max(1);
         Trail {
+            every,
             checkpoint: world.clone(),
             inputs: Vec::new(),
-            ends: Vec::with_capacity(CHECKPOINT_EVERY),
+            ends: Vec::with_capacity(every.min(CHECKPOINT_EVERY)),
         }
     }
 
@@ -38,7 +49,7 @@ impl Trail {
 
     /// `input` was verified, taking the world to `after`.
     pub fn verified(&mut self, input: &[u8], after: &World) {
-        if self.ends.len() + 1 >= CHECKPOINT_EVERY {
+        if self.ends.len() + 1 >= self.every {
             self.restart(after);
         } else {
             self.inputs.extend_from_slice(input);
@@ -65,9 +76,9 @@ impl Trail {
 #[cfg(test)]
 mod tests {
     use super::{Trail, CHECKPOINT_EVERY};
-    use ostm_protocol::sim::op::encode_input;
-    use ostm_protocol::sim::scenario::Scenario;
-    use ostm_protocol::{Dims, Setup, World};
+    use crate::sim::op::encode_input;
+    use crate::sim::scenario::Scenario;
+    use crate::{Dims, Setup, World};
 
     #[test]
     fn the_trail_gives_the_world_before_every_step_across_checkpoints() {

@@ -1,18 +1,16 @@
 //! The drift report: what the viewer says when a host's hash differs from its own.
 //!
-//! [`on_drift`] is the one place drift is handled: the session gathers the evidence
-//! (both worlds, both hashes, the step's input, the host's reply to the drift request)
-//! and calls it once, on the first mismatch. Anything else that should happen on drift
-//! hooks in there: it also packs the evidence as a failure bundle
-//! ([`DriftReport::bundle`]), which the command writes with [`write_bundle`] where its
-//! `--bundle`/`--record` options say ([`default_bundle_path`]).
+//! [`on_drift`] is the one place drift is explained: the [`Verifier`](super::Verifier)
+//! gathers the evidence (both worlds, both hashes, the step's input, the host's reply to
+//! the drift request) and calls it once, on the first mismatch. It also packs the
+//! evidence as a failure bundle ([`DriftReport::bundle`]), which the viewer writes where
+//! its `--bundle`/`--record` options say.
 
-use ostm_protocol::format::bundle::Bundle;
-use ostm_protocol::sim::world::{first_difference, FieldDiff};
-use ostm_protocol::wire::{DriftReply, DriftStatus};
-use ostm_protocol::{Stage, World};
+use crate::format::bundle::Bundle;
+use crate::sim::world::{first_difference, FieldDiff};
+use crate::wire::{DriftReply, DriftStatus};
+use crate::{Stage, World};
 use std::fmt;
-use std::path::{Path, PathBuf};
 
 /// Everything known when the host's hash for step `step` differs from the viewer's.
 #[derive(Debug, Clone)]
@@ -165,42 +163,9 @@ pub fn on_drift(e: &Evidence) -> DriftReport {
     report
 }
 
-/// Where a drift bundle goes without `--bundle`: beside the recording when there is one
-/// (`DIR/STEM.drift-STEP.ostmb` for `--record DIR/STEM.ostm`), else `drift-STEP.ostmb` in
-/// the current directory.
-pub fn default_bundle_path(record: Option<&Path>, step: u64) -> PathBuf {
-    let name = format!("drift-{step}.ostmb");
-    match record {
-        Some(r) => {
-            let stem = r.file_stem().map(|s| s.to_string_lossy().into_owned());
-            let name = match stem {
-                Some(stem) if !stem.is_empty() => format!("{stem}.{name}"),
-                _ => name,
-            };
-            r.with_file_name(name)
-        }
-        None => PathBuf::from(name),
-    }
-}
-
-/// Writes the report's bundle to `path` (whole, through `PATH.part`).
-///
-/// # Errors
-/// A message naming the path, or why there is no bundle.
-pub fn write_bundle(report: &DriftReport, path: &Path) -> Result<PathBuf, String> {
-    let bundle = report
-        .bundle
-        .as_ref()
-        .map_err(|e| format!("no bundle could be made: {e}"))?;
-    bundle
-        .write_file(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(path.to_path_buf())
-}
-
-fn decode(input: &[u8]) -> Vec<ostm_protocol::Op> {
+fn decode(input: &[u8]) -> Vec<crate::Op> {
     // The codec checked the input when the record arrived.
-    ostm_protocol::sim::op::decode_input("record", input, 0).unwrap_or_default()
+    crate::sim::op::decode_input("record", input, 0).unwrap_or_default()
 }
 
 impl DriftReport {
@@ -266,14 +231,14 @@ impl fmt::Display for DriftReport {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use ostm_protocol::{Dims, Op, Setup};
+    use crate::{Dims, Op, Setup};
 
     /// The evidence of a drift at step 1 of a 3D world of 4 bodies (seed 9) whose step 0
     /// gave body 1 an impulse: the host's world is the viewer's changed by `change_host`,
     /// its stage hashes `host_stages_from` the world before.
-    pub(crate) fn evidence(
+    fn evidence(
         change_host: impl Fn(&mut World),
         host_stages_from: impl Fn(&World) -> [u64; 4],
     ) -> Evidence {
@@ -293,7 +258,7 @@ pub(crate) mod tests {
         after.step(&ops);
         let mut host = after.clone();
         change_host(&mut host);
-        let input = ostm_protocol::sim::op::encode_input(&ops);
+        let input = crate::sim::op::encode_input(&ops);
         Evidence {
             step: after.step,
             host_hash: host.hash(),
@@ -342,15 +307,6 @@ pub(crate) mod tests {
         let d = b.check().difference.unwrap();
         assert_eq!((d.diff.body, d.diff.field), (Some(2), "velocity.y"));
         assert_eq!((d.diff.a, d.diff.b), (v as i64, v as i64 + 1));
-    }
-
-    #[test]
-    fn the_default_bundle_path_is_beside_the_recording_else_here() {
-        assert_eq!(
-            default_bundle_path(Some(Path::new("runs/s.ostm")), 42),
-            Path::new("runs/s.drift-42.ostmb")
-        );
-        assert_eq!(default_bundle_path(None, 7), Path::new("drift-7.ostmb"));
     }
 
     #[test]

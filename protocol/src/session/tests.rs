@@ -1,0 +1,489 @@
+//! The verifier driven by hand: a host world stepped beside it, its records fed in order,
+//! faults planted one at a time.
+
+use super::*;
+use crate::sim::op::encode_input;
+use crate::sim::scenario::Scenario;
+use crate::wire::{DriftStatus, End, EndReason};
+use crate::{Dims, Setup};
+
+/// A host: its world and the scenario that gives its inputs.
+struct Host {
+    world: World,
+    scenario: Scenario,
+}
+
+impl Host {
+    fn new(seed: u32) -> Host {
+        let setup = Setup {
+            dims: Dims::Three,
+            bodies: 6,
+            seed,
+        };
+        Host {
+            world: World::new(setup, None),
+            scenario: Scenario::new(seed),
+        }
+    }
+
+    /// The next record: (step, hash after it, input, decoded ops).
+    fn step(&mut self) -> (u64, u64, Vec<u8>, Vec<Op>) {
+        let step = self.world.step;
+        let ops = self.scenario.next_input(&self.world);
+        self.world.step(&ops);
+        (step, self.world.hash(), encode_input(&ops), ops)
+    }
+}
+
+fn feed(v: &mut Verifier, h: &mut Host, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        let (step, hash, input, ops) = h.step();
+        let r = RecordRef {
+            step,
+            hash,
+            input: &input,
+        };
+        if v.handle_record(r, &ops).is_some() {
+            ok += 1;
+        }
+    }
+    ok
+}
+
+fn attached(h: &Host, goal: Goal, reconnects: bool) -> Verifier {
+    let mut v = Verifier::new(Limits::default(), goal, reconnects);
+    v.handle(Input::Attached {
+        world: h.world.clone(),
+        connection: 1,
+    });
+    assert_eq!(v.poll_event(), Some(Event::Attached { step: h.world.step }));
+    v
+}
+
+fn end(reason: EndReason) -> End {
+    End {
+        reason,
+        text: "bye".into(),
+        host_step: 0,
+    }
+}
+
+#[test]
+fn verifies_every_record_by_step_number_and_stops_at_the_goal() {
+    let mut h = Host::new(3);
+    let mut v = attached(
+        &h,
+        Goal {
+            steps: Some(50),
+            until: None,
+        },
+        false,
+    );
+    assert_eq!(feed(&mut v, &mut h, 50), 50);
+    assert!(v.is_stopped());
+    assert!(matches!(v.stop(), Some(Stop::Asked)));
+    assert_eq!(v.verified(), 50);
+    assert_eq!(v.world().hash(), h.world.hash());
+    // Nothing is verified after the stop.
+    assert_eq!(feed(&mut v, &mut h, 3), 0);
+    assert_eq!(v.verified(), 50);
+}
+
+#[test]
+fn a_record_for_another_step_stops_the_session() {
+    let mut h = Host::new(4);
+    let mut v = attached(&h, Goal::default(), false);
+    feed(&mut v, &mut h, 5);
+    h.step(); // a record the viewer never gets
+    feed(&mut v, &mut h, 1);
+    match v.stop() {
+        Some(Stop::Failed(f)) => assert_eq!(
+            f.to_string(),
+            "protocol error: a record for step 6, expected step 5"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(v.verified(), 5);
+}
+
+#[test]
+fn a_duplicate_record_is_never_verified_twice() {
+    let mut h = Host::new(5);
+    let mut v = attached(&h, Goal::default(), false);
+    let (step, hash, input, ops) = h.step();
+    let r = RecordRef {
+        step,
+        hash,
+        input: &input,
+    };
+    assert!(v.handle_record(r, &ops).is_some());
+    assert!(v.handle_record(r, &ops).is_none(), "the same step again");
+    assert_eq!(v.verified(), 1);
+    assert!(matches!(
+        v.stop(),
+        Some(Stop::Failed(Failure::OutOfStep { .. }))
+    ));
+}
+
+#[test]
+fn a_drift_asks_the_host_and_reports_the_step_body_and_field() {
+    let mut h = Host::new(6);
+    let mut v = attached(&h, Goal::default(), false);
+    feed(&mut v, &mut h, 20);
+    // The host's world is changed outside the step: its next hash differs.
+    h.world.bodies[2].vel[1] += 1;
+    let (step, hash, input, ops) = h.step();
+    let r = RecordRef {
+        step,
+        hash,
+        input: &input,
+    };
+    assert!(v.handle_record(r, &ops).is_none());
+    assert!(!v.is_stopped(), "waits for the host's answer");
+    assert_eq!(
+        v.poll_transmit(),
+        Some(Transmit::DriftRequest {
+            step: 21,
+            connection: 1
+        })
+    );
+    assert_eq!(v.poll_timeout(), Some(0));
+    v.handle_timeout(1_000);
+    assert_eq!(v.poll_timeout(), Some(6_000));
+    v.handle_drift_reply(DriftReply {
+        step: 21,
+        status: DriftStatus::Held,
+        world: Some(h.world.clone()),
+        stages: None,
+    });
+    match v.stop() {
+        Some(Stop::Drift(d)) => {
+            assert_eq!(d.step, 21);
+            let f = d.field.as_ref().expect("a field");
+            assert_eq!(
+                (f.body, f.field),
+                (Some(2), "position.y"),
+                "the velocity moved the position in the step"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(v.verified(), 20, "the drifting step is not verified");
+}
+
+#[test]
+fn a_drift_with_no_answer_says_so_at_the_deadline() {
+    let mut h = Host::new(7);
+    let mut v = attached(&h, Goal::default(), false);
+    feed(&mut v, &mut h, 3);
+    h.world.bodies[0].pos[0] += 1;
+    let (step, hash, input, ops) = h.step();
+    let r = RecordRef {
+        step,
+        hash,
+        input: &input,
+    };
+    assert!(v.handle_record(r, &ops).is_none());
+    v.handle_timeout(10);
+    v.handle_timeout(5_009);
+    assert!(!v.is_stopped(), "not yet");
+    v.handle_timeout(5_010);
+    match v.stop() {
+        Some(Stop::Drift(d)) => assert_eq!(
+            d.note.as_deref(),
+            Some("the host did not answer the drift request within 5 s")
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_resync_restarts_the_world_and_another_world_is_refused() {
+    let mut h = Host::new(8);
+    let mut v = attached(&h, Goal::default(), false);
+    feed(&mut v, &mut h, 10);
+    for _ in 0..7 {
+        h.step();
+    }
+    v.handle(Input::Resync(h.world.clone()));
+    assert_eq!(
+        v.poll_event(),
+        Some(Event::Restarted {
+            from: 10,
+            to: 17,
+            cause: Restart::Resync
+        })
+    );
+    assert!(!v.stepped(), "a snapshot is not a verified world");
+    assert_eq!(feed(&mut v, &mut h, 4), 4);
+    assert_eq!(v.resyncs(), 1);
+    let other = Host::new(9);
+    v.handle(Input::Resync(other.world.clone()));
+    assert!(matches!(
+        v.stop(),
+        Some(Stop::Failed(Failure::ResyncOfAnotherWorld))
+    ));
+}
+
+#[test]
+fn a_reconnection_is_a_gap_and_a_record_while_lost_is_refused() {
+    let mut h = Host::new(10);
+    let mut v = attached(&h, Goal::default(), true);
+    feed(&mut v, &mut h, 10);
+    v.handle(Input::Lost {
+        why: "reset".into(),
+        last: false,
+    });
+    assert_eq!(
+        v.poll_event(),
+        Some(Event::Lost {
+            step: 10,
+            why: "reset".into()
+        })
+    );
+    for _ in 0..5 {
+        h.step();
+    }
+    v.handle(Input::Attached {
+        world: h.world.clone(),
+        connection: 2,
+    });
+    let gap = Gap::new(10, 15, "reset");
+    assert_eq!(
+        v.poll_event(),
+        Some(Event::Restarted {
+            from: 10,
+            to: 15,
+            cause: Restart::Reconnect(gap.clone())
+        })
+    );
+    assert_eq!(feed(&mut v, &mut h, 5), 5);
+    assert_eq!(v.summary(0).gaps, vec![gap]);
+    v.handle(Input::Lost {
+        why: "reset".into(),
+        last: false,
+    });
+    assert_eq!(feed(&mut v, &mut h, 1), 0);
+    assert!(matches!(
+        v.stop(),
+        Some(Stop::Failed(Failure::RecordWhileLost))
+    ));
+}
+
+#[test]
+fn a_stream_that_ends_inside_a_gap_reports_the_gap_open() {
+    let mut h = Host::new(11);
+    let mut v = attached(&h, Goal::default(), true);
+    feed(&mut v, &mut h, 5);
+    v.handle(Input::Lost {
+        why: "steps 5 to 9 are no longer in the stream".into(),
+        last: false,
+    });
+    v.handle(Input::End(end(EndReason::Finished)));
+    assert!(matches!(v.stop(), Some(Stop::HostEnded(_))));
+    let s = v.summary(40);
+    assert_eq!(s.verified, 5);
+    assert_eq!(
+        s.gaps,
+        vec![Gap::new(5, 40, "steps 5 to 9 are no longer in the stream")]
+    );
+    // A planted fault: without the lost records the verdict would have no gap.
+    let mut clean = attached(&Host::new(11), Goal::default(), true);
+    clean.handle(Input::End(end(EndReason::Finished)));
+    assert!(clean.summary(40).gaps.is_empty());
+}
+
+#[test]
+fn a_keyframe_after_lost_records_closes_the_gap_there() {
+    let mut h = Host::new(12);
+    let mut v = attached(&h, Goal::default(), false);
+    feed(&mut v, &mut h, 5);
+    v.handle(Input::Lost {
+        why: "the feed was dropped".into(),
+        last: false,
+    });
+    for _ in 0..9 {
+        h.step();
+    }
+    v.handle(Input::Rejoined {
+        world: h.world.clone(),
+        why: "a keyframe".into(),
+    });
+    let _ = v.poll_event();
+    assert_eq!(
+        v.poll_event(),
+        Some(Event::Restarted {
+            from: 5,
+            to: 14,
+            cause: Restart::Rejoin(Gap::new(5, 14, "the feed was dropped; a keyframe"))
+        })
+    );
+    assert_eq!(feed(&mut v, &mut h, 3), 3);
+    let other = Host::new(13);
+    v.handle(Input::Rejoined {
+        world: other.world.clone(),
+        why: "a keyframe".into(),
+    });
+    assert!(matches!(
+        v.stop(),
+        Some(Stop::Failed(Failure::KeyframeOfAnotherWorld))
+    ));
+}
+
+#[test]
+fn an_end_the_reader_rides_out_is_lost_and_finished_ends() {
+    let h = Host::new(14);
+    let mut v = attached(&h, Goal::default(), true);
+    v.handle(Input::End(end(EndReason::Shutdown)));
+    assert!(!v.is_stopped());
+    assert!(matches!(v.poll_event(), Some(Event::Lost { .. })));
+    let mut v = attached(&h, Goal::default(), false);
+    v.handle(Input::End(end(EndReason::Shutdown)));
+    assert!(matches!(v.stop(), Some(Stop::HostEnded(_))));
+}
+
+#[test]
+fn until_at_or_below_the_attach_step_is_refused_and_nothing_before_the_snapshot() {
+    let mut h = Host::new(15);
+    for _ in 0..10 {
+        h.step();
+    }
+    let mut v = Verifier::new(
+        Limits::default(),
+        Goal {
+            steps: None,
+            until: Some(10),
+        },
+        false,
+    );
+    v.handle(Input::Attached {
+        world: h.world.clone(),
+        connection: 1,
+    });
+    assert_eq!(
+        v.stop().map(|s| match s {
+            Stop::Failed(f) => f.to_string(),
+            _ => String::new(),
+        }),
+        Some("--until 10 is at or below the step the viewer attached at (10): there is nothing to verify".into())
+    );
+    let mut v = Verifier::new(Limits::default(), Goal::default(), false);
+    v.handle(Input::Resync(h.world.clone()));
+    assert!(matches!(
+        v.stop(),
+        Some(Stop::Failed(Failure::BeforeAttach(_)))
+    ));
+}
+
+/// The host's records and keyframes as a NATS stream holds them.
+fn rec(h: &mut Host) -> (u64, u64, Vec<u8>, Vec<Op>) {
+    h.step()
+}
+
+/// A record through the feed.
+fn feed_one(f: &mut Feed, v: &mut Verifier, r: &(u64, u64, Vec<u8>, Vec<Op>)) -> Option<u64> {
+    let rr = RecordRef {
+        step: r.0,
+        hash: r.1,
+        input: &r.2,
+    };
+    f.record(v, rr, &r.3)
+}
+
+#[test]
+fn a_feed_skips_duplicates_and_verifies_each_step_once() {
+    let mut h = Host::new(20);
+    let mut v = attached(&h, Goal::default(), false);
+    let mut f = Feed::new();
+    let rs: Vec<_> = (0..6).map(|_| rec(&mut h)).collect();
+    for r in rs.iter().chain(rs[2..4].iter()).chain(rs[5..].iter()) {
+        feed_one(&mut f, &mut v, r);
+    }
+    assert_eq!(v.verified(), 6);
+    assert!(!v.is_stopped() && !v.is_waiting());
+}
+
+#[test]
+fn the_keyframe_before_the_first_record_after_a_dropped_feed_closes_the_gap_there() {
+    let mut h = Host::new(21);
+    let mut v = attached(&h, Goal::default(), false);
+    let mut f = Feed::new();
+    for _ in 0..4 {
+        let r = rec(&mut h);
+        feed_one(&mut f, &mut v, &r);
+    }
+    // The server is away: steps 4 to 9 are never published.
+    for _ in 0..6 {
+        rec(&mut h);
+    }
+    // Back: the host publishes a keyframe at its step, then its records from there; the
+    // keyframe past the viewer's step closes the gap at once (docs/fan-out.md, "Gaps").
+    f.keyframe(&mut v, h.world.clone());
+    assert!(!v.is_waiting(), "the keyframe closed the gap");
+    let r = rec(&mut h);
+    assert!(feed_one(&mut f, &mut v, &r).is_some(), "verified at once");
+    let s = v.summary(0);
+    assert_eq!(
+        s.gaps,
+        vec![Gap::new(
+            4,
+            10,
+            "steps 4..10 are not on the stream; continuing from its keyframe at step 10"
+        )]
+    );
+    assert_eq!(s.verified, 5);
+    // A keyframe at or before the viewer's step changes nothing.
+    let mut old = h.world.clone();
+    old.step -= 1;
+    f.keyframe(&mut v, old);
+    assert_eq!(v.summary(0).gaps.len(), 1);
+}
+
+#[test]
+fn records_past_the_next_step_wait_for_a_keyframe_and_a_gap_at_the_end_stays_open() {
+    let mut h = Host::new(22);
+    let mut v = attached(&h, Goal::default(), false);
+    let mut f = Feed::new();
+    let r = rec(&mut h);
+    feed_one(&mut f, &mut v, &r);
+    rec(&mut h);
+    for _ in 0..3 {
+        let r = rec(&mut h);
+        assert!(feed_one(&mut f, &mut v, &r).is_none(), "skipped");
+    }
+    // A later keyframe closes the gap there.
+    for _ in 0..2 {
+        rec(&mut h);
+    }
+    f.keyframe(&mut v, h.world.clone());
+    assert!(!v.is_waiting());
+    let r = rec(&mut h);
+    assert!(feed_one(&mut f, &mut v, &r).is_some());
+    assert_eq!((v.summary(0).gaps[0].from, v.summary(0).gaps[0].to), (1, 7));
+    // Another gap, and the stream ends inside it: open from the viewer's step to the
+    // host's.
+    rec(&mut h);
+    let r = rec(&mut h);
+    feed_one(&mut f, &mut v, &r);
+    assert_eq!(f.end(&mut v, h.world.step), Some(h.world.step));
+    v.handle(Input::End(end(EndReason::Finished)));
+    let s = v.summary(h.world.step);
+    assert_eq!(s.gaps.len(), 2);
+    assert_eq!(s.gaps[1].from, 8);
+    assert_eq!(s.gaps[1].to, h.world.step);
+    assert!(s.open_gap.is_some());
+}
+
+#[test]
+fn a_keyframe_of_another_world_stops_the_feed_with_the_refusal() {
+    let h = Host::new(23);
+    let mut v = attached(&h, Goal::default(), false);
+    let mut f = Feed::new();
+    let other = Host::new(24).world;
+    f.keyframe(&mut v, other);
+    assert!(matches!(
+        v.take_stop(),
+        Some(Stop::Failed(Failure::KeyframeOfAnotherWorld))
+    ));
+}

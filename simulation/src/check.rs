@@ -1,0 +1,266 @@
+//! The invariants. Safety, checked as the run goes: a step is verified only when the
+//! viewer's hash for that step number equals the host's, and never twice; a drift is
+//! reported only where one was planted, at exactly its step, body, field and stage; no
+//! other failure without a hostile message to explain it. At the end: every recording and
+//! everything recovered verifies and holds only verified steps; the verdict names every
+//! step never verified; a planted drift met is reported. Liveness (`--liveness`): once the
+//! faults stop, every viewer verifies again up to the host's last step.
+
+use crate::Sim;
+use ostm_protocol::format::ostm::{Replay, Verdict};
+use ostm_protocol::format::recording::journal::{finish_order, Finish};
+use ostm_protocol::session::{Failure, Stages, Stop};
+use std::collections::BTreeSet;
+
+/// A record verified by viewer `i` for `step` of the host's life `life`, with `hash`.
+pub fn on_verified(sim: &mut Sim, i: usize, life: u32, step: u64, hash: u64) {
+    match sim.hashes.get(&(life, step)) {
+        Some(&h) if h == hash => {}
+        Some(&h) => sim.violate(format!(
+            "viewer {i} verified step {step} with hash {hash:016x}, the host's is {h:016x}"
+        )),
+        None => sim.violate(format!(
+            "viewer {i} verified step {step}, which the host (life {life}) never sent"
+        )),
+    }
+    if sim.viewers[i].hashes.contains_key(&(life, step)) {
+        sim.violate(format!("viewer {i} verified step {step} twice"));
+    }
+}
+
+/// Viewer `i` stopped: is the stop true?
+pub fn on_stop(sim: &mut Sim, i: usize) {
+    if sim.viewers[i].stop_checked {
+        return;
+    }
+    sim.viewers[i].stop_checked = true;
+    let planted = sim.planted;
+    let foreign = sim.foreign_keyframes > 0;
+    let v = &sim.viewers[i];
+    let why = match v.core.stop() {
+        Some(Stop::Drift(d)) => match planted {
+            None => Some(format!("viewer {i} reported a drift at step {} where none was planted", d.step)),
+            Some((_, p)) if d.step != p.step => Some(format!(
+                "viewer {i} reported a drift at step {}, planted at step {}",
+                d.step, p.step
+            )),
+            Some((_, p)) => match (&d.field, &d.stages) {
+                (Some(f), _) if (f.body, f.field) != (Some(usize::from(p.body)), "velocity.x") => Some(format!(
+                    "viewer {i} named body {:?} {} for a drift planted in body {} velocity.x",
+                    f.body, f.field, p.body
+                )),
+                (_, Stages::PartAt { stage, .. }) => Some(format!(
+                    "viewer {i} said the worlds part at stage {} for a change made outside the step",
+                    stage.name()
+                )),
+                (None, _) if d.note.is_none() => {
+                    Some(format!("viewer {i} named no field and said not why"))
+                }
+                _ => None,
+            },
+        },
+        Some(Stop::Failed(Failure::KeyframeOfAnotherWorld)) if foreign => None,
+        Some(Stop::Failed(f)) => Some(format!("viewer {i} failed though the host was honest: {f}")),
+        Some(Stop::Asked) => Some(format!("viewer {i} stopped as asked, though nothing asked")),
+        Some(Stop::HostEnded(_)) | Some(Stop::Interrupted) | None => None,
+    };
+    if let Some(why) = why {
+        sim.violate(why);
+    }
+}
+
+/// A file was finished (or recovered) by the real `assemble`, which takes the steps of
+/// [`finish_order`] in turn. The disk is modelled as a lost fsync would leave it: a crash
+/// after any step keeps only what was synced. The finished name must never point at bytes
+/// a crash could still lose.
+pub fn finish_is_durable(sim: &mut Sim, what: &str) {
+    let (mut synced, mut renamed) = (false, false);
+    for (n, step) in finish_order().iter().enumerate() {
+        match step {
+            Finish::SyncTemp => synced = true,
+            Finish::RenameOver => renamed = true,
+        }
+        if renamed && !synced {
+            sim.violate(format!(
+                "{what}: a crash after step {} of finishing ({step:?}) leaves the finished name on bytes never synced",
+                n + 1
+            ));
+            return;
+        }
+    }
+    if !(synced && renamed) {
+        sim.violate(format!(
+            "{what}: finishing left the file unsynced or unnamed"
+        ));
+    }
+}
+
+/// The checks at the end of the run.
+pub fn at_end(sim: &mut Sim) {
+    for i in 0..sim.viewers.len() {
+        verdict_names_every_gap(sim, i);
+        planted_drift_reported(sim, i);
+        recordings_verify(sim, i);
+        if sim.cfg.liveness {
+            verifying_again(sim, i);
+        }
+        if sim.violation.is_some() {
+            return;
+        }
+    }
+}
+
+/// Every stretch of steps the viewer never verified is in its verdict: between two runs of
+/// verified steps a gap or a resync with exactly those ends, and a stream that ended while
+/// the records had stopped a gap left open from there.
+fn verdict_names_every_gap(sim: &mut Sim, i: usize) {
+    let host_step = sim.host.world.step;
+    let v = &sim.viewers[i];
+    let s = v.core.summary(host_step);
+    let named: BTreeSet<(u64, u64)> = s
+        .gaps
+        .iter()
+        .chain(s.resynced.iter())
+        .map(|g| (g.from, g.to))
+        .collect();
+    // Whether the named stretches lead from `from` to `to`, one after the other.
+    let chain = |from: u64, to: u64| {
+        let mut at = from;
+        for _ in 0..=named.len() {
+            if at == to {
+                return true;
+            }
+            match named.iter().find(|(f, _)| *f == at) {
+                Some(&(_, t)) => at = t,
+                None => return false,
+            }
+        }
+        false
+    };
+    let mut why = None;
+    let mut prev: Option<(u32, u64)> = None;
+    // Runs of verified steps: where one ends and the next begins.
+    for &(life, step) in &v.verified {
+        match prev {
+            Some((pl, ps)) if (pl, ps + 1) != (life, step) && !chain(ps + 1, step) => {
+                why = Some(format!(
+                    "viewer {i}: steps {} to {step} were never verified and the verdict does not say so (gaps {:?}, resyncs {:?})",
+                    ps + 1,
+                    s.gaps,
+                    s.resynced
+                ));
+                break;
+            }
+            None => {
+                if let Some(a) = s.attached_at.filter(|&a| !chain(a, step)) {
+                    why = Some(format!(
+                        "viewer {i}: attached at step {a}, first verified step {step}, and the verdict names nothing between"
+                    ));
+                    break;
+                }
+            }
+            _ => {}
+        }
+        prev = Some((life, step));
+    }
+    if why.is_none() && v.waiting_at_end && s.open_gap.is_none() {
+        why = Some(format!(
+            "viewer {i}: the stream ended while steps from {} were missing, and the verdict has no open gap (gaps {:?})",
+            s.step, s.gaps
+        ));
+    }
+    if why.is_none() && s.verified != v.verified.len() as u64 {
+        why = Some(format!(
+            "viewer {i}: the verdict says {} steps verified, {} were",
+            s.verified,
+            v.verified.len()
+        ));
+    }
+    if let Some(why) = why {
+        sim.violate(why);
+    }
+}
+
+/// A viewer that met the perturbed record with its world at the step before it reported
+/// the drift.
+fn planted_drift_reported(sim: &mut Sim, i: usize) {
+    let v = &sim.viewers[i];
+    if v.met_perturbed && !matches!(v.core.stop(), Some(Stop::Drift(_))) {
+        let why = format!(
+            "viewer {i} met the planted drift and did not report it ({:?})",
+            v.core
+                .stop()
+                .map(|s| format!("{s:?}").chars().take(80).collect::<String>())
+        );
+        sim.violate(why);
+    }
+}
+
+/// Every file the viewer's recording finished or recovered verifies, and holds only steps
+/// the viewer verified, with the same hashes.
+fn recordings_verify(sim: &mut Sim, i: usize) {
+    for (path, life) in sim.viewers[i].files() {
+        let replay = match Replay::read_file(&path) {
+            Ok(r) => r,
+            Err(e) => {
+                sim.violate(format!("viewer {i}: {} does not read: {e}", path.display()));
+                return;
+            }
+        };
+        if let v @ Verdict::Mismatch { .. } = replay.verify(|_| {}) {
+            sim.violate(format!(
+                "viewer {i}: {} does not verify: {v:?}",
+                path.display()
+            ));
+            return;
+        }
+        let start = replay.start_step();
+        let rows = replay.hashes.clone().unwrap_or_default();
+        for (n, row) in rows.iter().enumerate().skip(1) {
+            let step = start + n as u64 - 1;
+            if sim.viewers[i].hashes.get(&(life, step)) != Some(row) {
+                sim.violate(format!(
+                    "viewer {i}: {} holds step {step}, which the viewer did not verify with that hash",
+                    path.display()
+                ));
+                return;
+            }
+        }
+    }
+}
+
+/// Liveness: the faults stopped; every viewer not stopped by the planted drift verified up
+/// to the host's last step.
+fn verifying_again(sim: &mut Sim, i: usize) {
+    let host_step = sim.host.world.step;
+    let v = &sim.viewers[i];
+    if matches!(
+        v.core.stop(),
+        Some(Stop::Drift(_) | Stop::Failed(Failure::KeyframeOfAnotherWorld))
+    ) {
+        return;
+    }
+    let last = v.verified.last().map(|&(_, s)| s + 1);
+    if last != Some(host_step) && v.core.world().step != host_step {
+        let why = format!(
+            "viewer {i} ({:?}) is at step {} (last verified {:?}) when the host ended at {host_step}, {} ticks after the faults stopped",
+            v.transport,
+            v.core.world().step,
+            last,
+            sim.now.saturating_sub(sim.quiet_after)
+        );
+        sim.violate(why);
+        return;
+    }
+    // Verifying again soon after the faults stop: within the silence timeout (a link
+    // stalled until then is given up and made again) and a little more.
+    let bound = sim.quiet_after + crate::SILENCE_TICKS + 100;
+    if let Some(t) = v.verifying_again_at.filter(|&t| t > bound) {
+        let why = format!(
+            "viewer {i} verified again only at tick {t}, {} ticks after the faults stopped",
+            t - sim.quiet_after
+        );
+
+        sim.violate(why);
+    }
+}

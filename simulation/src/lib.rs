@@ -1,0 +1,530 @@
+//! A deterministic simulation of whole live sessions, replayable from a seed
+//! (docs/reliability.md, "The simulation of whole sessions").
+//!
+//! One host and several viewers run on a virtual clock in one thread. The host steps the
+//! real world ([`host`]); each viewer is the real sans-IO verifier
+//! ([`ostm_protocol::session::Verifier`]) fed by a modelled reader: over TCP a connection
+//! with a bounded queue at the host (a viewer too slow is resynced), a delay and stalls on
+//! the way, cuts and reconnections; over NATS a stream the host publishes to, read through
+//! the real [`Feed`], with duplicates, reordering, keyframes met late and a server that
+//! goes and comes back. Recordings are written with the real recorder into a scratch
+//! directory, crashed with their tail torn and recovered with the real `assemble`. Every
+//! choice — rates, delays, which fault and when — comes from the seed, so a run is a pure
+//! function of its seed and plant: its trace is the same byte for byte every time.
+//!
+//! # Layout
+//! - [`host`]: the host's world, records, drift replies and NATS publication.
+//! - [`viewer`]: a viewer: its reader model, the verifier, its recording.
+//! - [`check`]: the invariants, checked as the run goes and at its end.
+//! - this file: the run, its clock and its faults.
+
+pub mod check;
+pub mod host;
+pub mod viewer;
+
+use host::{Host, Perturb};
+use ostm_protocol::session::Plant;
+use ostm_protocol::sim::rng::Sfc32;
+use ostm_protocol::wire::{End, EndReason, Record, SnapshotKind, ToViewer};
+use ostm_protocol::{Dims, Setup, World};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use viewer::{Transport, Viewer};
+
+/// Virtual milliseconds per tick of the clock.
+pub const TICK_MS: u64 = 10;
+/// Records the host queues for one TCP viewer before it resyncs it.
+pub const QUEUE: usize = 96;
+/// Messages a connection's socket buffers hold (on the wire and unread) before the host's
+/// queue stops draining into them.
+pub const SOCKET: usize = 64;
+/// Ticks of silence after which a viewer gives its connection up (10 s).
+pub const SILENCE_TICKS: u64 = 10_000 / TICK_MS;
+/// Steps between two keyframes on NATS.
+pub const KEYFRAME_EVERY: u64 = 40;
+
+/// What a run is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// A fault planted in the verifier, to show the run catches it.
+    pub plant: Option<Plant>,
+    /// A fault planted in the recorder: it assembles a crashed recording without checking
+    /// its hash rows (`--plant recover-unverified`).
+    pub plant_recover_unverified: bool,
+    /// The recorder's finish renames before it syncs (`--plant rename-before-sync`).
+    pub plant_rename_before_sync: bool,
+    /// Faults stop two thirds of the way; then every viewer must verify again.
+    pub liveness: bool,
+    /// Keep every event in the trace (otherwise only a digest is kept).
+    pub trace: bool,
+    /// Where recordings are written (one folder per seed beneath it).
+    pub scratch: PathBuf,
+}
+
+/// What a run did.
+#[derive(Debug)]
+pub struct Outcome {
+    pub seed: u64,
+    /// The first invariant broken, if any.
+    pub violation: Option<String>,
+    /// Every event, one a line (with [`Config::trace`]).
+    pub trace: String,
+    /// A digest of every event (FNV-1a over the trace lines), kept without `trace` too:
+    /// two runs of a seed must give the same.
+    pub digest: u64,
+    /// Steps the host took, in all its lives.
+    pub steps: u64,
+    /// Faults injected.
+    pub faults: u32,
+    /// Steps verified, by all viewers.
+    pub verified: u64,
+}
+
+/// The kinds of fault the seed chooses among, for the trace and the docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The link to a viewer holds its bytes for a while (no cut).
+    Stall,
+    /// A viewer's connection is cut; it reconnects.
+    Cut,
+    /// The host is killed and started again (its world from step 0).
+    HostRestart,
+    /// A viewer stops reading for a while (as under SIGSTOP), then goes on.
+    Pause,
+    /// A viewer reads slower than the host steps for a while: the host resyncs it.
+    Slow,
+    /// The NATS server goes away and comes back: the host drops its feed meanwhile.
+    ServerAway,
+    /// A NATS message is delivered twice.
+    Duplicate,
+    /// Two NATS messages are delivered in the other order.
+    Reorder,
+    /// A keyframe of another world is published on the session (a stray publisher).
+    ForeignKeyframe,
+    /// A recording crashes with its tail torn; it is recovered and recording goes on in a
+    /// new file.
+    RecordingCrash,
+}
+
+/// A NATS message as the stream stores it.
+#[derive(Debug, Clone)]
+pub enum Stored {
+    Key(World),
+    Rec(Vec<Record>),
+    End(End),
+}
+
+/// The run.
+pub struct Sim {
+    pub rng: Sfc32,
+    pub cfg: Config,
+    pub now: u64,
+    pub host: Host,
+    /// The host is down until this tick (killed, to be started again).
+    pub host_down_until: Option<u64>,
+    pub viewers: Vec<Viewer>,
+    /// The NATS stream: what the server stores, in order.
+    pub stream: Vec<Stored>,
+    /// The server is away until this tick.
+    pub server_away_until: Option<u64>,
+    /// The host dropped records while the server was away: it publishes a keyframe first
+    /// when it is back.
+    pub feed_dropped: bool,
+    pub faults: u32,
+    pub steps: u64,
+    pub violation: Option<String>,
+    trace: String,
+    digest: u64,
+    keep_trace: bool,
+    /// No fault after this tick (liveness mode).
+    pub quiet_after: u64,
+    /// The host ends the stream at this tick.
+    pub end_at: u64,
+    pub ended: bool,
+    pub scratch: PathBuf,
+    /// Every hash the host published, by (life, step of the record).
+    pub hashes: BTreeMap<(u32, u64), u64>,
+    /// The drift planted in the host's world, once applied: (life, where).
+    pub planted: Option<(u32, Perturb)>,
+    /// Keyframes of another world published on the session.
+    pub foreign_keyframes: u32,
+    /// Whether any viewer reads through NATS (the host is then not restarted: a host
+    /// started again on the same session is another stream).
+    pub nats: bool,
+}
+
+impl Sim {
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            u64::from(self.rng.next_u32()) % n
+        }
+    }
+
+    /// True once in `n` times.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+
+    /// Notes an event: in the trace (with `--trace`) and in the digest.
+    pub fn event(&mut self, what: impl AsRef<str>) {
+        let line = format!("{:>6} {}", self.now, what.as_ref());
+        for b in line.bytes().chain(std::iter::once(b'\n')) {
+            self.digest ^= u64::from(b);
+            self.digest = self.digest.wrapping_mul(0x0100_0000_01b3);
+        }
+        if self.keep_trace {
+            self.trace.push_str(&line);
+            self.trace.push('\n');
+        }
+    }
+
+    /// The first invariant broken is kept, with the tick.
+    pub fn violate(&mut self, what: String) {
+        if self.violation.is_none() {
+            self.event(format!("VIOLATION {what}"));
+            self.violation = Some(what);
+        }
+    }
+
+    fn fault(&mut self, kind: Fault, detail: String) {
+        self.faults += 1;
+        self.event(format!("fault {kind:?} {detail}"));
+    }
+
+    /// Whether faults may still happen.
+    fn faulty(&self) -> bool {
+        self.now < self.quiet_after
+    }
+
+    /// The tick a fault of `ticks` from now ends: in liveness mode never after the faults
+    /// stop.
+    fn until(&self, ticks: u64) -> u64 {
+        (self.now + ticks).min(self.quiet_after)
+    }
+}
+
+/// Runs one seed.
+pub fn run(seed: u64, cfg: &Config) -> Outcome {
+    let mut rng = Sfc32::from_seed((seed as u32) ^ ((seed >> 32) as u32).rotate_left(7));
+    let setup = Setup {
+        dims: if rng.next_u32() & 1 == 0 {
+            Dims::Two
+        } else {
+            Dims::Three
+        },
+        bodies: 2 + (rng.next_u32() % 11) as u8,
+        seed: rng.next_u32() % 100_000,
+    };
+    let end_at = 300 + u64::from(rng.next_u32() % 500);
+    let perturb = rng.next_u32().is_multiple_of(4).then(|| Perturb {
+        step: 30 + u64::from(rng.next_u32()) % (end_at * 2),
+        body: (rng.next_u32() % u32::from(setup.bodies)) as u8,
+    });
+    let scratch = cfg.scratch.join(format!("seed-{seed}"));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::create_dir_all(&scratch);
+    let mut sim = Sim {
+        rng,
+        cfg: cfg.clone(),
+        now: 0,
+        host: Host::new(setup, 0, perturb),
+        host_down_until: None,
+        viewers: Vec::new(),
+        stream: Vec::new(),
+        server_away_until: None,
+        feed_dropped: false,
+        faults: 0,
+        steps: 0,
+        violation: None,
+        trace: String::new(),
+        digest: 0xcbf2_9ce4_8422_2325,
+        keep_trace: cfg.trace,
+        quiet_after: if cfg.liveness {
+            end_at * 2 / 3
+        } else {
+            u64::MAX
+        },
+        end_at,
+        ended: false,
+        scratch: scratch.clone(),
+        hashes: BTreeMap::new(),
+        planted: None,
+        foreign_keyframes: 0,
+        nats: false,
+    };
+    sim.event(format!(
+        "seed {seed} world {:?} {} bodies seed {} end at tick {end_at} perturb {:?}",
+        setup.dims, setup.bodies, setup.seed, perturb
+    ));
+    let n = 2 + sim.below(3) as usize;
+    for i in 0..n {
+        let transport = if sim.one_in(3) {
+            Transport::Nats
+        } else {
+            Transport::Tcp
+        };
+        let join_at = sim.below(end_at / 2);
+        let record = !sim.one_in(3);
+        let v = Viewer::new(i, transport, join_at, record, &sim.scratch, cfg.plant);
+        sim.event(format!(
+            "viewer {i} {transport:?} joins at tick {join_at} speed {} record {record}",
+            v.speed
+        ));
+        sim.nats |= transport == Transport::Nats;
+        sim.viewers.push(v);
+    }
+    // The run, then time for the end to reach every viewer.
+    let last = end_at + SILENCE_TICKS * 2 + 50;
+    while sim.now < last && sim.violation.is_none() {
+        tick(&mut sim);
+        sim.now += 1;
+        if sim.viewers.iter().all(|v| v.core.is_stopped()) && sim.ended {
+            break;
+        }
+    }
+    for i in 0..sim.viewers.len() {
+        viewer::finish(&mut sim, i);
+    }
+    if sim.violation.is_none() {
+        check::at_end(&mut sim);
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let verified = sim.viewers.iter().map(|v| v.core.verified()).sum();
+    Outcome {
+        seed,
+        violation: sim.violation.take(),
+        trace: std::mem::take(&mut sim.trace),
+        digest: sim.digest,
+        steps: sim.steps,
+        faults: sim.faults,
+        verified,
+    }
+}
+
+/// One tick: faults, the host, the network, the viewers.
+fn tick(sim: &mut Sim) {
+    if sim.faulty() && !sim.ended {
+        inject(sim);
+    }
+    host_tick(sim);
+    for i in 0..sim.viewers.len() {
+        viewer::tick(sim, i);
+        if sim.violation.is_some() {
+            return;
+        }
+    }
+}
+
+/// Maybe a fault, chosen by the seed.
+fn inject(sim: &mut Sim) {
+    if !sim.one_in(25) {
+        return;
+    }
+    let n = sim.viewers.len() as u64;
+    let who = sim.below(n) as usize;
+    match sim.below(10) {
+        0 => {
+            let ticks = 5 + sim.below(SILENCE_TICKS * 2);
+            sim.viewers[who].stall_until = sim.until(ticks);
+            sim.fault(Fault::Stall, format!("viewer {who} for {ticks} ticks"));
+        }
+        1 if sim.viewers[who].cut(sim.now) => {
+            sim.fault(Fault::Cut, format!("viewer {who}"));
+        }
+        2 if sim.host_down_until.is_none() && !sim.nats && sim.one_in(4) => {
+            let down = 1 + sim.below(60);
+            sim.host_down_until = Some(sim.until(down));
+            for v in &mut sim.viewers {
+                v.cut(sim.now);
+            }
+            sim.fault(Fault::HostRestart, format!("down {down} ticks"));
+        }
+        3 => {
+            let ticks = 5 + sim.below(SILENCE_TICKS * 2);
+            sim.viewers[who].paused_until = sim.until(ticks);
+            sim.fault(Fault::Pause, format!("viewer {who} for {ticks} ticks"));
+        }
+        4 => {
+            let ticks = 20 + sim.below(200);
+            sim.viewers[who].slow_until = sim.until(ticks);
+            sim.fault(Fault::Slow, format!("viewer {who} for {ticks} ticks"));
+        }
+        5 if sim.server_away_until.is_none() => {
+            let ticks = 3 + sim.below(80);
+            sim.server_away_until = Some(sim.until(ticks));
+            sim.fault(Fault::ServerAway, format!("for {ticks} ticks"));
+        }
+        6 => {
+            if let Some(m) = sim.stream.last().cloned() {
+                sim.stream.push(m);
+                sim.fault(
+                    Fault::Duplicate,
+                    format!("message {}", sim.stream.len() - 2),
+                );
+            }
+        }
+        7 => {
+            let len = sim.stream.len();
+            if len >= 2 && sim.server_away_until.is_none() {
+                sim.stream.swap(len - 1, len - 2);
+                sim.fault(
+                    Fault::Reorder,
+                    format!("messages {} and {}", len - 2, len - 1),
+                );
+            }
+        }
+        8 if sim.one_in(3)
+            && sim.server_away_until.is_none()
+            && sim
+                .viewers
+                .iter()
+                .all(|v| v.transport != Transport::Nats || v.core.attached_at().is_some()) =>
+        {
+            let mut setup = sim.host.setup;
+            setup.seed ^= 0x2545;
+            let mut w = World::new(setup, None);
+            w.step = sim.host.world.step + 1;
+            sim.stream.push(Stored::Key(w));
+            sim.foreign_keyframes += 1;
+            sim.fault(
+                Fault::ForeignKeyframe,
+                format!("at step {}", sim.host.world.step + 1),
+            );
+        }
+        9 if viewer::crash_recording(sim, who) => {
+            sim.fault(Fault::RecordingCrash, format!("viewer {who}"));
+        }
+        _ => {}
+    }
+}
+
+/// The host: started again after a kill, a step or a few, published to every connection
+/// and to the NATS stream; the end.
+fn host_tick(sim: &mut Sim) {
+    if let Some(t) = sim.host_down_until {
+        if sim.now < t {
+            return;
+        }
+        sim.host_down_until = None;
+        let life = sim.host.life + 1;
+        let setup = sim.host.setup;
+        sim.host = Host::new(setup, life, None);
+        sim.event(format!("host started again, life {life}, at step 0"));
+        // The restarted host's stream on NATS starts again: a keyframe first.
+        sim.feed_dropped = true;
+    }
+    if sim.ended {
+        return;
+    }
+    if let Some(t) = sim.server_away_until {
+        if sim.now >= t {
+            sim.server_away_until = None;
+            sim.event("nats server back");
+        }
+    }
+    if sim.now >= sim.end_at {
+        sim.ended = true;
+        let end = End {
+            reason: EndReason::Finished,
+            text: "the host finished".into(),
+            host_step: sim.host.world.step,
+        };
+        sim.event(format!("host ends at step {}", sim.host.world.step));
+        for v in &mut sim.viewers {
+            v.host_sends(ToViewer::End(end.clone()), QUEUE, &sim.host.world);
+        }
+        if sim.server_away_until.is_none() {
+            sim.stream.push(Stored::End(end));
+        }
+        return;
+    }
+    let n = 1 + sim.below(3);
+    let mut batch = Vec::new();
+    for _ in 0..n {
+        let r = sim.host.step();
+        sim.hashes.insert((sim.host.life, r.step), r.hash);
+        sim.steps += 1;
+        for i in 0..sim.viewers.len() {
+            let m = ToViewer::Record(r.clone());
+            if sim.viewers[i].host_sends(m, QUEUE, &sim.host.world) {
+                sim.trace_resync(i);
+            }
+        }
+        batch.push(r);
+        if let Some(p) = sim.host.perturbed.take() {
+            sim.event(format!("host perturbed body {} at step {}", p.body, p.step));
+            sim.host.perturb = None;
+            sim.planted = Some((sim.host.life, p));
+        }
+    }
+    publish(sim, batch);
+}
+
+impl Sim {
+    fn trace_resync(&mut self, viewer: usize) {
+        self.event(format!(
+            "host resyncs viewer {viewer} at step {}",
+            self.host.world.step
+        ));
+    }
+}
+
+/// The host's records of a tick to the NATS stream (dropped while the server is away;
+/// a keyframe first when it is back, and every [`KEYFRAME_EVERY`] steps).
+fn publish(sim: &mut Sim, batch: Vec<Record>) {
+    if sim.server_away_until.is_some() {
+        sim.feed_dropped = true;
+        return;
+    }
+    if sim.feed_dropped {
+        sim.feed_dropped = false;
+        // The keyframe at the step of the first record published after the drop.
+        let mut w = sim.host.world.clone();
+        if let Some(first) = batch.first() {
+            // The host publishes the keyframe of the world before this batch's records.
+            w = world_before(sim, first.step).unwrap_or(w);
+        }
+        let step = w.step;
+        sim.stream.push(Stored::Key(w));
+        // A stray publisher on the session: a keyframe of another world at the same step.
+        let all_attached = sim
+            .viewers
+            .iter()
+            .all(|v| v.transport != Transport::Nats || v.core.attached_at().is_some());
+        if sim.faulty() && all_attached && sim.one_in(4) {
+            let mut setup = sim.host.setup;
+            setup.seed ^= 0x2545;
+            let mut foreign = World::new(setup, None);
+            foreign.step = step;
+            sim.stream.push(Stored::Key(foreign));
+            sim.foreign_keyframes += 1;
+            sim.fault(
+                Fault::ForeignKeyframe,
+                format!("at step {step}, after the host's"),
+            );
+        }
+    }
+    let crosses = batch
+        .iter()
+        .any(|r| (r.step + 1).is_multiple_of(KEYFRAME_EVERY));
+    sim.stream.push(Stored::Rec(batch));
+    if crosses || sim.stream.len() == 1 {
+        sim.stream.push(Stored::Key(sim.host.world.clone()));
+    }
+}
+
+/// The host's world at `step`, from its ring.
+fn world_before(sim: &Sim, step: u64) -> Option<World> {
+    sim.host.drift_reply(step).world
+}
+
+/// A snapshot message.
+pub fn snapshot(kind: SnapshotKind, world: &World) -> ToViewer {
+    ToViewer::Snapshot {
+        kind,
+        world: world.clone(),
+    }
+}
