@@ -9,7 +9,7 @@
 use crate::format::bundle::Bundle;
 use crate::sim::world::{first_difference, FieldDiff};
 use crate::wire::{DriftReply, DriftStatus};
-use crate::{Stage, World};
+use crate::{Dims, Op, Setup, Stage, World};
 use std::fmt;
 
 /// Everything known when the host's hash for step `step` differs from the viewer's.
@@ -230,51 +230,54 @@ impl fmt::Display for DriftReport {
     }
 }
 
+/// Tests (here and in the views): the evidence of a drift at step 1 of a 3D world of 4 bodies (seed 9) whose step 0
+/// gave body 1 an impulse: the host's world is the viewer's changed by `change_host`,
+/// its stage hashes `host_stages_from` the world before.
+#[doc(hidden)]
+pub fn sample_evidence(
+    change_host: impl Fn(&mut World),
+    host_stages_from: impl Fn(&World) -> [u64; 4],
+) -> Evidence {
+    let before = World::new(
+        Setup {
+            dims: Dims::Three,
+            bodies: 4,
+            seed: 9,
+        },
+        None,
+    );
+    let ops = [Op::Impulse {
+        body: 1,
+        d: [5, 6, 7],
+    }];
+    let mut after = before.clone();
+    after.step(&ops);
+    let mut host = after.clone();
+    change_host(&mut host);
+    let input = crate::sim::op::encode_input(&ops);
+    Evidence {
+        step: after.step,
+        host_hash: host.hash(),
+        viewer_hash: after.hash(),
+        reply: Some(DriftReply {
+            step: after.step,
+            status: DriftStatus::Held,
+            world: Some(host),
+            stages: Some(host_stages_from(&before)),
+        }),
+        viewer_before: before,
+        viewer_after: after,
+        input,
+        no_reply: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Dims, Op, Setup};
+    use crate::Op;
 
-    /// The evidence of a drift at step 1 of a 3D world of 4 bodies (seed 9) whose step 0
-    /// gave body 1 an impulse: the host's world is the viewer's changed by `change_host`,
-    /// its stage hashes `host_stages_from` the world before.
-    fn evidence(
-        change_host: impl Fn(&mut World),
-        host_stages_from: impl Fn(&World) -> [u64; 4],
-    ) -> Evidence {
-        let before = World::new(
-            Setup {
-                dims: Dims::Three,
-                bodies: 4,
-                seed: 9,
-            },
-            None,
-        );
-        let ops = [Op::Impulse {
-            body: 1,
-            d: [5, 6, 7],
-        }];
-        let mut after = before.clone();
-        after.step(&ops);
-        let mut host = after.clone();
-        change_host(&mut host);
-        let input = crate::sim::op::encode_input(&ops);
-        Evidence {
-            step: after.step,
-            host_hash: host.hash(),
-            viewer_hash: after.hash(),
-            reply: Some(DriftReply {
-                step: after.step,
-                status: DriftStatus::Held,
-                world: Some(host),
-                stages: Some(host_stages_from(&before)),
-            }),
-            viewer_before: before,
-            viewer_after: after,
-            input,
-            no_reply: None,
-        }
-    }
+    use super::sample_evidence as evidence;
 
     #[test]
     fn names_the_body_and_field_and_says_every_stage_agrees_when_changed_outside() {

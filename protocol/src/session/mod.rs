@@ -29,7 +29,7 @@ pub mod drift;
 pub mod feed;
 pub mod trail;
 
-pub use drift::{on_drift, DriftReport, Evidence, Stages};
+pub use drift::{on_drift, sample_evidence, DriftReport, Evidence, Stages};
 pub use feed::Feed;
 pub use trail::Trail;
 

@@ -258,7 +258,7 @@ impl Lines {
                     self.put(&format!("lost: {why}; at step {step}, connecting again"));
                 }
             }
-            Event::Reconnected { gap, file } => {
+            Event::Reconnected { gap, file } | Event::Gap { gap, file } => {
                 if terminal {
                     eprint!("\r\x1b[2K");
                 }
@@ -267,19 +267,8 @@ impl Lines {
                     obj["event"] = "gap".into();
                     obj["file"] = file.map(|f| f.display().to_string()).into();
                     self.put(&obj.to_string());
-                } else {
+                } else if matches!(ev, Event::Reconnected { .. }) {
                     self.put(&reconnected_line(gap, file.map(|f| f.as_path())));
-                }
-            }
-            Event::Gap { gap, file } => {
-                if terminal {
-                    eprint!("\r\x1b[2K");
-                }
-                if json {
-                    let mut obj = gap_json(gap);
-                    obj["event"] = "gap".into();
-                    obj["file"] = file.map(|f| f.display().to_string()).into();
-                    self.put(&obj.to_string());
                 } else {
                     let cont = file
                         .map(|f| format!("; recording continues in {}", f.display()))

@@ -5,9 +5,8 @@
 use super::view::{Msg, View};
 use super::world::{self, on_canvas};
 use crate::live::session::Status;
-use ostm_protocol::session::{on_drift, DriftReport, Evidence};
+use ostm_protocol::session::{on_drift, sample_evidence, DriftReport};
 use ostm_protocol::sim::world::BOX_MM;
-use ostm_protocol::wire::{DriftReply, DriftStatus};
 use ostm_protocol::{Dims, Op, Setup, World};
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
@@ -251,39 +250,19 @@ fn a_lost_connection_shows_reconnecting_until_the_gap() {
 /// A 3D world of 4 bodies stepped once, and a host whose body 2 has one more velocity.y
 /// and is 3 m further along x.
 fn drift_report() -> (World, DriftReport) {
-    let ops = [Op::Impulse {
-        body: 1,
-        d: [5, 6, 7],
-    }];
-    let before = World::new(
-        ostm_protocol::Setup {
-            dims: ostm_protocol::Dims::Three,
-            bodies: 4,
-            seed: 9,
+    let e = sample_evidence(
+        |w| {
+            w.bodies[2].vel[1] += 1;
+            w.bodies[2].pos[0] += 3000;
         },
-        None,
+        |before| {
+            before.clone().step_with_stage_hashes(&[Op::Impulse {
+                body: 1,
+                d: [5, 6, 7],
+            }])
+        },
     );
-    let mut after = before.clone();
-    after.step(&ops);
-    let mut host = after.clone();
-    host.bodies[2].vel[1] += 1;
-    host.bodies[2].pos[0] += 3000;
-    let e = Evidence {
-        step: after.step,
-        host_hash: host.hash(),
-        viewer_hash: after.hash(),
-        reply: Some(DriftReply {
-            step: after.step,
-            status: DriftStatus::Held,
-            world: Some(host),
-            stages: Some(before.clone().step_with_stage_hashes(&ops)),
-        }),
-        viewer_before: before,
-        viewer_after: after.clone(),
-        input: ostm_protocol::sim::op::encode_input(&ops),
-        no_reply: None,
-    };
-    (after, on_drift(&e))
+    (e.viewer_after.clone(), on_drift(&e))
 }
 
 #[test]
