@@ -338,6 +338,9 @@ fn i32_triple(v: &Value, path: &str) -> Result<[i32; 3], Bad> {
     Ok(out)
 }
 
+/// A keyframe document, read part by part in the order the errors are checked: the header
+/// fields, `plugins.ostm` (the setup, gravity and link), the `rng` state the setup fixes,
+/// `entityOrder`, then the bodies; the world is then built through the snapshot reader.
 fn from_value(v: &Value) -> Result<Keyframe, Bad> {
     let root = object(v, "$")?;
     only_keys(
@@ -358,43 +361,95 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
             "plugins",
         ],
     )?;
-    if get(root, "$", "kind")?.as_str() != Some("keyframe") {
-        return Err(bad(
-            "$.kind",
-            format!("expected \"keyframe\", found {}", kind_of(&root["kind"])),
-        ));
-    }
-    if get(root, "$", "v")?.as_f64() != Some(1.0) {
-        return Err(bad(
-            "$.v",
-            format!("expected 1, found {}", kind_of(&root["v"])),
-        ));
-    }
-    let engine = match get(root, "$", "engine")?.as_str() {
-        Some(s) if !s.is_empty() => s.to_string(),
-        _ => {
-            return Err(bad(
-                "$.engine",
-                format!(
-                    "expected a non-empty string, found {}",
-                    kind_of(&root["engine"])
-                ),
-            ))
-        }
+    let header = Header::read(root)?;
+    let plugin = PluginFields::read(root)?;
+    let setup = Setup {
+        dims: plugin.dims,
+        bodies: plugin.bodies,
+        seed: header.seed,
     };
-    let tick = uint(get(root, "$", "tick")?, "$.tick", MAX_SAFE_INTEGER)?;
-    let tick_rate = int(
-        get(root, "$", "tickRate")?,
-        "$.tickRate",
-        1,
-        MAX_TICK_RATE as i64,
-    )? as u32;
-    let seed = uint(get(root, "$", "seed")?, "$.seed", u32::MAX as u64)? as u32;
-    let next_seq = uint(
-        get(root, "$", "nextEntitySeq")?,
-        "$.nextEntitySeq",
-        MAX_SAFE_INTEGER,
-    )?;
+    check_rng(root, &setup)?;
+    let n = entity_order(root, header.next_seq)?;
+    let bodies = bodies(root, n)?;
+
+    // Build through the snapshot reader: a keyframe accepts exactly what a snapshot does.
+    let mut snap = Vec::new();
+    let mut w = World::new(setup, plugin.link);
+    w.step = header.tick;
+    w.gravity = plugin.gravity;
+    w.bodies = bodies.into();
+    w.write_snapshot(&mut snap);
+    let world = World::from_snapshot(setup, plugin.link, "keyframe", &snap, 0)
+        .map_err(|e| bad("$.entities", e.message))?;
+    Ok(Keyframe {
+        world,
+        tick_rate: header.tick_rate,
+        engine: header.engine,
+    })
+}
+
+/// The document's top-level scalar fields: `kind`, `v`, `engine`, `tick`, `tickRate`,
+/// `seed`, `nextEntitySeq`, and the optional `commands` (which must hold nothing pending).
+struct Header {
+    engine: String,
+    tick: u64,
+    tick_rate: u32,
+    seed: u32,
+    next_seq: u64,
+}
+
+impl Header {
+    fn read(root: &Map<String, Value>) -> Result<Self, Bad> {
+        if get(root, "$", "kind")?.as_str() != Some("keyframe") {
+            return Err(bad(
+                "$.kind",
+                format!("expected \"keyframe\", found {}", kind_of(&root["kind"])),
+            ));
+        }
+        if get(root, "$", "v")?.as_f64() != Some(1.0) {
+            return Err(bad(
+                "$.v",
+                format!("expected 1, found {}", kind_of(&root["v"])),
+            ));
+        }
+        let engine = match get(root, "$", "engine")?.as_str() {
+            Some(s) if !s.is_empty() => s.to_string(),
+            _ => {
+                return Err(bad(
+                    "$.engine",
+                    format!(
+                        "expected a non-empty string, found {}",
+                        kind_of(&root["engine"])
+                    ),
+                ))
+            }
+        };
+        let tick = uint(get(root, "$", "tick")?, "$.tick", MAX_SAFE_INTEGER)?;
+        let tick_rate = int(
+            get(root, "$", "tickRate")?,
+            "$.tickRate",
+            1,
+            MAX_TICK_RATE as i64,
+        )? as u32;
+        let seed = uint(get(root, "$", "seed")?, "$.seed", u32::MAX as u64)? as u32;
+        let next_seq = uint(
+            get(root, "$", "nextEntitySeq")?,
+            "$.nextEntitySeq",
+            MAX_SAFE_INTEGER,
+        )?;
+        no_pending_commands(root)?;
+        Ok(Header {
+            engine,
+            tick,
+            tick_rate,
+            seed,
+            next_seq,
+        })
+    }
+}
+
+/// `commands`, when present: an object whose `pending` is an empty array.
+fn no_pending_commands(root: &Map<String, Value>) -> Result<(), Bad> {
     if let Some(c) = root.get("commands") {
         let c = object(c, "$.commands")?;
         match c.get("pending").and_then(Value::as_array) {
@@ -407,62 +462,79 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
             }
         }
     }
+    Ok(())
+}
 
-    // plugins.ostm: the setup, link and gravity.
-    let plugins = object(get(root, "$", "plugins")?, "$.plugins")?;
-    let p = object(get(plugins, "$.plugins", PLUGIN)?, "$.plugins.ostm")?;
-    only_keys(p, "$.plugins.ostm", &["dims", "bodies", "gravity", "link"])?;
-    let dims = match int(
-        get(p, "$.plugins.ostm", "dims")?,
-        "$.plugins.ostm.dims",
-        2,
-        3,
-    )? {
-        2 => Dims::Two,
-        _ => Dims::Three,
-    };
-    let initial = int(
-        get(p, "$.plugins.ostm", "bodies")?,
-        "$.plugins.ostm.bodies",
-        1,
-        MAX_BODIES as i64,
-    )? as u8;
-    let gravity = int(
-        get(p, "$.plugins.ostm", "gravity")?,
-        "$.plugins.ostm.gravity",
-        i32::MIN as i64,
-        i32::MAX as i64,
-    )? as i32;
-    let link = match get(p, "$.plugins.ostm", "link")? {
-        Value::Null => None,
-        l => {
-            let lp = "$.plugins.ostm.link";
-            let l = object(l, lp)?;
-            only_keys(l, lp, &["role", "body", "transferStep"])?;
-            let role =
-                Role::from_byte(int(get(l, lp, "role")?, &format!("{lp}.role"), 1, 3)? as u8)
-                    .unwrap_or(Role::FieldsOnly);
-            let body = int(get(l, lp, "body")?, &format!("{lp}.body"), 0, 255)? as u8;
-            let transfer_step = int(
-                get(l, lp, "transferStep")?,
-                &format!("{lp}.transferStep"),
-                0,
-                u16::MAX as i64,
-            )? as u16;
-            Some(Link {
-                role,
-                body,
-                transfer_step,
-            })
-        }
-    };
-    let setup = Setup {
-        dims,
-        bodies: initial,
-        seed,
-    };
+/// `plugins.ostm`: the dimensions, the initial body count, gravity and the link.
+struct PluginFields {
+    dims: Dims,
+    bodies: u8,
+    gravity: i32,
+    link: Option<Link>,
+}
 
-    // rng: fixed by the setup.
+impl PluginFields {
+    fn read(root: &Map<String, Value>) -> Result<Self, Bad> {
+        let plugins = object(get(root, "$", "plugins")?, "$.plugins")?;
+        let p = object(get(plugins, "$.plugins", PLUGIN)?, "$.plugins.ostm")?;
+        only_keys(p, "$.plugins.ostm", &["dims", "bodies", "gravity", "link"])?;
+        let dims = match int(
+            get(p, "$.plugins.ostm", "dims")?,
+            "$.plugins.ostm.dims",
+            2,
+            3,
+        )? {
+            2 => Dims::Two,
+            _ => Dims::Three,
+        };
+        let bodies = int(
+            get(p, "$.plugins.ostm", "bodies")?,
+            "$.plugins.ostm.bodies",
+            1,
+            MAX_BODIES as i64,
+        )? as u8;
+        let gravity = int(
+            get(p, "$.plugins.ostm", "gravity")?,
+            "$.plugins.ostm.gravity",
+            i32::MIN as i64,
+            i32::MAX as i64,
+        )? as i32;
+        let link = match get(p, "$.plugins.ostm", "link")? {
+            Value::Null => None,
+            l => Some(link(l)?),
+        };
+        Ok(PluginFields {
+            dims,
+            bodies,
+            gravity,
+            link,
+        })
+    }
+}
+
+/// `plugins.ostm.link` when not null: `role`, `body` and `transferStep`.
+fn link(l: &Value) -> Result<Link, Bad> {
+    let lp = "$.plugins.ostm.link";
+    let l = object(l, lp)?;
+    only_keys(l, lp, &["role", "body", "transferStep"])?;
+    let role = Role::from_byte(int(get(l, lp, "role")?, &format!("{lp}.role"), 1, 3)? as u8)
+        .unwrap_or(Role::FieldsOnly);
+    let body = int(get(l, lp, "body")?, &format!("{lp}.body"), 0, 255)? as u8;
+    let transfer_step = int(
+        get(l, lp, "transferStep")?,
+        &format!("{lp}.transferStep"),
+        0,
+        u16::MAX as i64,
+    )? as u16;
+    Ok(Link {
+        role,
+        body,
+        transfer_step,
+    })
+}
+
+/// `rng`: sfc32, in exactly the state the setup leaves it after drawing the initial bodies.
+fn check_rng(root: &Map<String, Value>, setup: &Setup) -> Result<(), Bad> {
     let rng = object(get(root, "$", "rng")?, "$.rng")?;
     only_keys(rng, "$.rng", &["algo", "state"])?;
     if get(rng, "$.rng", "algo")?.as_str() != Some("sfc32") {
@@ -488,15 +560,20 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
     for (i, w) in arr.iter().enumerate() {
         state[i] = uint(w, &format!("$.rng.state[{i}]"), u32::MAX as u64)? as u32;
     }
-    let want = rng_state(&setup);
+    let want = rng_state(setup);
     if state != want {
+        let (seed, initial, dims) = (setup.seed, setup.bodies, setup.dims);
         return Err(bad(
             "$.rng.state",
             format!("expected {want:?}, the sfc32 state of seed {seed} after drawing {initial} initial bodies in {}D, found {state:?}", dims as u8),
         ));
     }
+    Ok(())
+}
 
-    // entityOrder and entities: b0..b(n-1), in order, exactly.
+/// `entityOrder`: b0..b(n-1), in order, exactly, with `nextEntitySeq` equal to n.
+/// Returns n, the number of bodies.
+fn entity_order(root: &Map<String, Value>, next_seq: u64) -> Result<usize, Bad> {
     let order_v = get(root, "$", "entityOrder")?;
     let order = order_v.as_array().ok_or_else(|| {
         bad(
@@ -529,6 +606,11 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
             format!("expected {n}, the index the next spawned body takes, found {next_seq}"),
         ));
     }
+    Ok(n)
+}
+
+/// `entities`: exactly b0..b(n-1), each read by [`entity`].
+fn bodies(root: &Map<String, Value>, n: usize) -> Result<Vec<Body>, Bad> {
     let entities = object(get(root, "$", "entities")?, "$.entities")?;
     if let Some(k) = entities.keys().find(|k| {
         !k.strip_prefix('b')
@@ -542,59 +624,50 @@ fn from_value(v: &Value) -> Result<Keyframe, Bad> {
     }
     let mut bodies = Vec::with_capacity(n);
     for i in 0..n {
-        let ep = format!("$.entities.b{i}");
-        let e = object(
-            entities
-                .get(&format!("b{i}"))
-                .ok_or_else(|| bad(&ep, "missing (listed in entityOrder)"))?,
-            &ep,
-        )?;
-        let tp = format!("{ep}.transform");
-        let t = object(get(e, &ep, "transform")?, &tp)?;
-        for (key, len) in [("pos", 3), ("rot", 4)] {
-            let path = format!("{tp}.{key}");
-            let ok = t
-                .get(key)
-                .and_then(Value::as_array)
-                .is_some_and(|a| a.len() == len && a.iter().all(Value::is_number));
-            if !ok {
-                return Err(bad(&path, format!("expected an array of {len} numbers")));
-            }
-        }
-        let bp = format!("{ep}.body");
-        let b = object(get(e, &ep, "body")?, &bp)?;
-        only_keys(b, &bp, &["alive", "still", "pos", "vel"])?;
-        let alive_v = get(b, &bp, "alive")?;
-        let alive = alive_v.as_bool().ok_or_else(|| {
-            bad(
-                &format!("{bp}.alive"),
-                format!("expected a boolean, found {}", kind_of(alive_v)),
-            )
-        })?;
-        let still = uint(
-            get(b, &bp, "still")?,
-            &format!("{bp}.still"),
-            u32::MAX as u64,
-        )? as u32;
-        let pos = i32_triple(get(b, &bp, "pos")?, &format!("{bp}.pos"))?;
-        let vel = i32_triple(get(b, &bp, "vel")?, &format!("{bp}.vel"))?;
-        bodies.push(Body::new(alive, still, pos, vel));
+        bodies.push(entity(entities, i)?);
     }
+    Ok(bodies)
+}
 
-    // Build through the snapshot reader: a keyframe accepts exactly what a snapshot does.
-    let mut snap = Vec::new();
-    let mut w = World::new(setup, link);
-    w.step = tick;
-    w.gravity = gravity;
-    w.bodies = bodies.into();
-    w.write_snapshot(&mut snap);
-    let world = World::from_snapshot(setup, link, "keyframe", &snap, 0)
-        .map_err(|e| bad("$.entities", e.message))?;
-    Ok(Keyframe {
-        world,
-        tick_rate,
-        engine,
-    })
+/// `entities.b{i}`: a `transform` (checked for shape only) and the `body` it carries.
+fn entity(entities: &Map<String, Value>, i: usize) -> Result<Body, Bad> {
+    let ep = format!("$.entities.b{i}");
+    let e = object(
+        entities
+            .get(&format!("b{i}"))
+            .ok_or_else(|| bad(&ep, "missing (listed in entityOrder)"))?,
+        &ep,
+    )?;
+    let tp = format!("{ep}.transform");
+    let t = object(get(e, &ep, "transform")?, &tp)?;
+    for (key, len) in [("pos", 3), ("rot", 4)] {
+        let path = format!("{tp}.{key}");
+        let ok = t
+            .get(key)
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.len() == len && a.iter().all(Value::is_number));
+        if !ok {
+            return Err(bad(&path, format!("expected an array of {len} numbers")));
+        }
+    }
+    let bp = format!("{ep}.body");
+    let b = object(get(e, &ep, "body")?, &bp)?;
+    only_keys(b, &bp, &["alive", "still", "pos", "vel"])?;
+    let alive_v = get(b, &bp, "alive")?;
+    let alive = alive_v.as_bool().ok_or_else(|| {
+        bad(
+            &format!("{bp}.alive"),
+            format!("expected a boolean, found {}", kind_of(alive_v)),
+        )
+    })?;
+    let still = uint(
+        get(b, &bp, "still")?,
+        &format!("{bp}.still"),
+        u32::MAX as u64,
+    )? as u32;
+    let pos = i32_triple(get(b, &bp, "pos")?, &format!("{bp}.pos"))?;
+    let vel = i32_triple(get(b, &bp, "vel")?, &format!("{bp}.vel"))?;
+    Ok(Body::new(alive, still, pos, vel))
 }
 
 /// The hash row of `replay` that a keyframe's `world` stands at (`tick - start step`):
