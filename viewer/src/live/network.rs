@@ -412,7 +412,6 @@ impl Reader {
     /// verifier's messages, until it ends.
     async fn stream(&mut self, conn: Conn, attached: Attached) -> Ended<Lost> {
         let addr = self.dial.addr.clone();
-        let mut next_step = attached.step;
         // The read side decodes straight from its buffer: every message one read brought
         // is decoded in one loop, with no stream poll and no lock per message.
         let mut mark = Watermark::new(conn.fd);
@@ -422,161 +421,30 @@ impl Reader {
         let (mut rd, wr) = tokio::io::split(parts.io);
         let mut sink = FramedWrite::new(wr, Framing(ViewerCodec::new(addr.clone())));
         *sink.write_buffer_mut() = parts.write_buf;
-        let shared = self.shared.clone();
-        let from_verifier = &mut self.from_verifier;
-        let writer = async move {
-            let beat = Duration::from_millis(HEARTBEAT_MS as u64);
-            let mut next_beat = tokio::time::Instant::now() + beat;
-            loop {
-                let msg = tokio::select! {
-                    _ = tokio::time::sleep_until(next_beat) => {
-                        next_beat = tokio::time::Instant::now() + beat;
-                        ToHost::Heartbeat { viewer_step: shared.viewer_step.load(Ordering::Relaxed) }
-                    }
-                    m = from_verifier.recv() => match m {
-                        Some(m) => m,
-                        None => return sink,
-                    },
-                };
-                if sink.send(msg).await.is_err() {
-                    // The connection is broken; the reader finds out.
-                    return sink;
-                }
-            }
+        let writer = send_loop(sink, self.shared.clone(), &mut self.from_verifier);
+        let mut intake = Intake {
+            addr,
+            next_step: attached.step,
+            attached,
+            spool: &self.spool,
+            shared: &self.shared,
+            replies: &self.replies,
+            throttle: self.dial.throttle_read,
+            started: tokio::time::Instant::now(),
+            records: 0,
+            batch: Vec::with_capacity(BATCH),
         };
-        let spool = &self.spool;
-        let shared = &self.shared;
-        let replies = &self.replies;
-        let throttle = self.dial.throttle_read;
         let reader = async {
-            let started = tokio::time::Instant::now();
-            let mut records: u64 = 0;
-            let mut batch: Vec<Item> = Vec::with_capacity(BATCH);
             let mut deadline = tokio::time::Instant::now() + SILENCE;
             // The silence deadline passed and the runtime has been made to look at the
             // socket once since (see below); cleared by every read that brings bytes.
             let mut looked_again = false;
             let mut eof = false;
             loop {
-                // Everything already read is decoded and handed to the spool, under one
-                // lock per [`BATCH`] messages.
-                let mut decoded = false;
-                loop {
-                    // Records are taken whole, as they came, and decoded by the verifier
-                    // (a test's read throttle counts them one by one instead).
-                    if throttle.is_none() {
-                        if let Some(run) = codec.0.take_records(&mut buf, next_step) {
-                            next_step = next_step.wrapping_add(run.count());
-                            shared.host_step.fetch_max(next_step, Ordering::Relaxed);
-                            decoded = true;
-                            batch.push(Item::Records(run));
-                            if batch.len() >= BATCH {
-                                if let Err(e) = spool.push_all(&mut batch) {
-                                    return Ended::Broken(Lost::Spool(e));
-                                }
-                            }
-                            continue;
-                        }
-                    }
-                    let next = if eof {
-                        codec.decode_eof(&mut buf)
-                    } else {
-                        codec.decode(&mut buf)
-                    };
-                    let (at, msg) = match next {
-                        Ok(Some(m)) => m,
-                        Ok(None) if eof => {
-                            let _ = spool.push_all(&mut batch);
-                            return Ended::Lost(Lost::ClosedWithoutEnd);
-                        }
-                        Ok(None) => break,
-                        Err(WireError::Format(e)) => {
-                            let _ = spool.push_all(&mut batch);
-                            return Ended::Broken(Lost::Protocol(e));
-                        }
-                        Err(WireError::Io(e)) => {
-                            let _ = spool.push_all(&mut batch);
-                            return Ended::Lost(Lost::Connection(e));
-                        }
-                    };
-                    decoded = true;
-                    match msg {
-                        ToViewer::Record(r) if r.step != next_step => {
-                            let _ = spool.push_all(&mut batch);
-                            return Ended::Broken(Lost::OutOfStep {
-                                addr,
-                                at,
-                                expected: next_step,
-                                found: r.step,
-                            });
-                        }
-                        ToViewer::Record(r) => {
-                            next_step = r.step.wrapping_add(1);
-                            shared
-                                .host_step
-                                .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
-                            batch.push(Item::Record(r));
-                            if let Some(per_second) = throttle {
-                                records += 1;
-                                let due = started
-                                    + Duration::from_secs_f64(
-                                        records as f64 / per_second.max(1) as f64,
-                                    );
-                                if let Err(e) = spool.push_all(&mut batch) {
-                                    return Ended::Broken(Lost::Spool(e));
-                                }
-                                tokio::time::sleep_until(due).await;
-                            }
-                        }
-                        ToViewer::Snapshot {
-                            kind: SnapshotKind::Resync,
-                            world,
-                        } => {
-                            if world.setup() != attached.setup || world.link() != attached.link {
-                                let _ = spool.push_all(&mut batch);
-                                return Ended::Broken(Lost::ResyncOfAnotherWorld {
-                                    addr,
-                                    at,
-                                    attached: world_name(attached.setup, attached.link),
-                                    found: world_name(world.setup(), world.link()),
-                                });
-                            }
-                            next_step = world.step;
-                            debug!(to = world.step, "resync snapshot");
-                            shared.host_step.fetch_max(world.step, Ordering::Relaxed);
-                            batch.push(Item::Resync(world));
-                        }
-                        ToViewer::Heartbeat { host_step } => {
-                            shared.host_step.fetch_max(host_step, Ordering::Relaxed);
-                        }
-                        ToViewer::DriftReply(d) => {
-                            let _ = replies.send(Ok(d));
-                        }
-                        ToViewer::End(e) => {
-                            batch.push(Item::End(e.clone()));
-                            if spool.push_all(&mut batch).is_err() {
-                                return Ended::Broken(Lost::SpoolEnd);
-                            }
-                            return Ended::End(e);
-                        }
-                        other => {
-                            let _ = spool.push_all(&mut batch);
-                            return Ended::Broken(Lost::Unexpected {
-                                addr,
-                                at,
-                                found: name(&other),
-                            });
-                        }
-                    }
-                    if batch.len() >= BATCH {
-                        if let Err(e) = spool.push_all(&mut batch) {
-                            return Ended::Broken(Lost::Spool(e));
-                        }
-                    }
-                }
-                if let Err(e) = spool.push_all(&mut batch) {
-                    return Ended::Broken(Lost::Spool(e));
-                }
+                let decoded = match intake.decode_all(&mut codec, &mut buf, eof).await {
+                    Ok(decoded) => decoded,
+                    Err(ended) => return ended,
+                };
                 if decoded {
                     deadline = tokio::time::Instant::now() + SILENCE;
                 }
@@ -635,6 +503,198 @@ impl Reader {
                 _ = cancel.cancelled() => return Ended::Cancelled,
             }
         }
+    }
+}
+
+/// The write side of a connection: a heartbeat every [`HEARTBEAT_MS`] and each message
+/// the verifier sends, until the verifier hangs up or the connection breaks (the reader
+/// finds out). Gives the sink back.
+async fn send_loop<S>(
+    mut sink: S,
+    shared: Arc<Shared>,
+    from_verifier: &mut mpsc::UnboundedReceiver<ToHost>,
+) -> S
+where
+    S: futures::Sink<ToHost> + Unpin,
+{
+    let beat = Duration::from_millis(HEARTBEAT_MS as u64);
+    let mut next_beat = tokio::time::Instant::now() + beat;
+    loop {
+        let msg = tokio::select! {
+            _ = tokio::time::sleep_until(next_beat) => {
+                next_beat = tokio::time::Instant::now() + beat;
+                ToHost::Heartbeat { viewer_step: shared.viewer_step.load(Ordering::Relaxed) }
+            }
+            m = from_verifier.recv() => match m {
+                Some(m) => m,
+                None => return sink,
+            },
+        };
+        if sink.send(msg).await.is_err() {
+            // The connection is broken; the reader finds out.
+            return sink;
+        }
+    }
+}
+
+/// The read side's handling of what it decodes: each message checked against the step
+/// the stream stands at and batched into the spool, under one lock per [`BATCH`] items.
+/// An `Err` is how the connection ended.
+struct Intake<'a> {
+    addr: String,
+    attached: Attached,
+    spool: &'a Spool,
+    shared: &'a Shared,
+    replies: &'a std::sync::mpsc::Sender<Result<DriftReply, String>>,
+    /// A test's read throttle, in records a second.
+    throttle: Option<u32>,
+    started: tokio::time::Instant,
+    /// Records read so far, counted only under the throttle.
+    records: u64,
+    /// The step the next record must carry.
+    next_step: u64,
+    batch: Vec<Item>,
+}
+
+impl Intake<'_> {
+    /// Decodes everything already read in `buf` (at the end of the stream when `eof`)
+    /// and hands it to the spool. Says whether any message was decoded.
+    async fn decode_all(
+        &mut self,
+        codec: &mut Framing,
+        buf: &mut BytesMut,
+        eof: bool,
+    ) -> Result<bool, Ended<Lost>> {
+        let mut decoded = false;
+        loop {
+            // Records are taken whole, as they came, and decoded by the verifier
+            // (a test's read throttle counts them one by one instead).
+            if self.throttle.is_none() {
+                if let Some(run) = codec.0.take_records(buf, self.next_step) {
+                    self.next_step = self.next_step.wrapping_add(run.count());
+                    self.shared
+                        .host_step
+                        .fetch_max(self.next_step, Ordering::Relaxed);
+                    decoded = true;
+                    self.batch.push(Item::Records(run));
+                    self.flush_if_full()?;
+                    continue;
+                }
+            }
+            let next = if eof {
+                codec.decode_eof(buf)
+            } else {
+                codec.decode(buf)
+            };
+            let (at, msg) = match next {
+                Ok(Some(m)) => m,
+                Ok(None) if eof => return Err(self.abandon(Ended::Lost(Lost::ClosedWithoutEnd))),
+                Ok(None) => break,
+                Err(WireError::Format(e)) => {
+                    return Err(self.abandon(Ended::Broken(Lost::Protocol(e))))
+                }
+                Err(WireError::Io(e)) => return Err(self.abandon(Ended::Lost(Lost::Connection(e)))),
+            };
+            decoded = true;
+            self.handle(at, msg).await?;
+            self.flush_if_full()?;
+        }
+        if let Err(e) = self.spool.push_all(&mut self.batch) {
+            return Err(Ended::Broken(Lost::Spool(e)));
+        }
+        Ok(decoded)
+    }
+
+    /// What one decoded message does, `at` its offset in the stream.
+    async fn handle(&mut self, at: u64, msg: ToViewer) -> Result<(), Ended<Lost>> {
+        match msg {
+            ToViewer::Record(r) if r.step != self.next_step => {
+                let out_of_step = Lost::OutOfStep {
+                    addr: self.addr.clone(),
+                    at,
+                    expected: self.next_step,
+                    found: r.step,
+                };
+                return Err(self.abandon(Ended::Broken(out_of_step)));
+            }
+            ToViewer::Record(r) => {
+                self.next_step = r.step.wrapping_add(1);
+                self.shared
+                    .host_step
+                    .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
+                self.batch.push(Item::Record(r));
+                if let Some(per_second) = self.throttle {
+                    self.records += 1;
+                    let due = self.started
+                        + Duration::from_secs_f64(self.records as f64 / per_second.max(1) as f64);
+                    if let Err(e) = self.spool.push_all(&mut self.batch) {
+                        return Err(Ended::Broken(Lost::Spool(e)));
+                    }
+                    tokio::time::sleep_until(due).await;
+                }
+            }
+            ToViewer::Snapshot {
+                kind: SnapshotKind::Resync,
+                world,
+            } => {
+                let attached = &self.attached;
+                if world.setup() != attached.setup || world.link() != attached.link {
+                    let another = Lost::ResyncOfAnotherWorld {
+                        addr: self.addr.clone(),
+                        at,
+                        attached: world_name(attached.setup, attached.link),
+                        found: world_name(world.setup(), world.link()),
+                    };
+                    return Err(self.abandon(Ended::Broken(another)));
+                }
+                self.next_step = world.step;
+                debug!(to = world.step, "resync snapshot");
+                self.shared
+                    .host_step
+                    .fetch_max(world.step, Ordering::Relaxed);
+                self.batch.push(Item::Resync(world));
+            }
+            ToViewer::Heartbeat { host_step } => {
+                self.shared
+                    .host_step
+                    .fetch_max(host_step, Ordering::Relaxed);
+            }
+            ToViewer::DriftReply(d) => {
+                let _ = self.replies.send(Ok(d));
+            }
+            ToViewer::End(e) => {
+                self.batch.push(Item::End(e.clone()));
+                if self.spool.push_all(&mut self.batch).is_err() {
+                    return Err(Ended::Broken(Lost::SpoolEnd));
+                }
+                return Err(Ended::End(e));
+            }
+            other => {
+                let unexpected = Lost::Unexpected {
+                    addr: self.addr.clone(),
+                    at,
+                    found: name(&other),
+                };
+                return Err(self.abandon(Ended::Broken(unexpected)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the batch to the spool once it holds [`BATCH`] items.
+    fn flush_if_full(&mut self) -> Result<(), Ended<Lost>> {
+        if self.batch.len() >= BATCH {
+            if let Err(e) = self.spool.push_all(&mut self.batch) {
+                return Err(Ended::Broken(Lost::Spool(e)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The connection ends as `ended`: what the batch holds still goes to the spool.
+    fn abandon(&mut self, ended: Ended<Lost>) -> Ended<Lost> {
+        let _ = self.spool.push_all(&mut self.batch);
+        ended
     }
 }
 
