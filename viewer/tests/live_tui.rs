@@ -219,7 +219,11 @@ fn the_view_draws_the_session_follows_a_resize_and_shows_the_drift_until_q() {
         "braille on the canvas:\n{s}"
     );
     // The drift, its report naming the planted step, body and field.
-    let s = t.wait_for("the drift report", |s| s.contains("DRIFT"));
+    // Both in one screen: tmux may capture a frame the view is still writing (top to
+    // bottom), with the report drawn and the strip below not yet.
+    let s = t.wait_for("the drift report and its cell in the strip", |s| {
+        s.contains("DRIFT") && strip_row(s).is_some_and(|r| r.trim_end().ends_with("▓│"))
+    });
     let headline = format!("drift at step {STEP}: body {body} velocity.y");
     let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(flat.contains(&headline), "{s}");
