@@ -96,8 +96,18 @@ pub enum Stopped {
     CannotEncode { step: u64, err: FrameTooLong },
     #[error("cannot record step {step}: {err}")]
     CannotRecordStep { step: u64, err: io::Error },
-    #[error("cannot finish the recording {}: {err}", .path.display())]
-    CannotFinish { path: PathBuf, err: io::Error },
+    /// The recording could not be assembled; its in-progress file `part` is kept with all
+    /// its `steps`.
+    #[error(
+        "cannot finish the recording {}: {err}; {} is kept with all its {steps} steps: `ostm-viewer recover {}` turns it into {}",
+        .path.display(), .part.display(), .part.display(), .path.display()
+    )]
+    CannotFinish {
+        path: PathBuf,
+        part: PathBuf,
+        steps: u32,
+        err: io::Error,
+    },
     /// The stepping thread itself failed (it panicked).
     #[error("the stepping loop failed")]
     Failed,
@@ -318,11 +328,20 @@ pub fn run(
     }
     if let Some(r) = recorder {
         let path = r.path().to_path_buf();
+        let (part, steps) = (r.journal().to_path_buf(), r.steps());
         match r.finish() {
             Ok(n) => info!(steps = n, path = %path.display(), "host recording written"),
             Err(err) => {
                 warn!(path = %path.display(), "cannot finish the host recording: {err}");
-                return end(Stopped::CannotFinish { path, err }, result.host_step);
+                return end(
+                    Stopped::CannotFinish {
+                        path,
+                        part,
+                        steps,
+                        err,
+                    },
+                    result.host_step,
+                );
             }
         }
     }
@@ -386,10 +405,12 @@ mod tests {
             (
                 Stopped::CannotFinish {
                     path: "h.ostm".into(),
+                    part: "h.ostm.part".into(),
+                    steps: 7,
                     err: e(),
                 },
                 EndReason::HostError,
-                "cannot finish the recording h.ostm: disk gone".into(),
+                "cannot finish the recording h.ostm: disk gone; h.ostm.part is kept with all its 7 steps: `ostm-viewer recover h.ostm.part` turns it into h.ostm".into(),
             ),
             (
                 Stopped::Failed,

@@ -19,10 +19,16 @@
 //! The files are on tmpfs (`/dev/shm`) where there is one: `assemble` syncs what it
 //! writes, and tens of thousands of syncs on a disk would take minutes.
 
-use ostm_protocol::format::recording::journal::AssembleError;
+use ostm_protocol::format::bundle::Bundle;
+use ostm_protocol::format::recording::journal::{
+    assembly_path, finish_order, AssembleError, Finish,
+};
 use ostm_protocol::format::recording::{assemble, journal_path, DropKind, Durability, Recorder};
+use ostm_protocol::format::replay_stream::ReplayStream;
+use ostm_protocol::format::seek::{seek, write_index};
+use ostm_protocol::format::write_whole;
 use ostm_protocol::sim::rng::Sfc32;
-use ostm_protocol::{Dims, Op, Replay, Setup, Verdict, World};
+use ostm_protocol::{Dims, FormatError, Op, Replay, Setup, Verdict, World};
 use std::collections::BTreeSet;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -568,4 +574,405 @@ fn crash(
         }
     }
     6
+}
+
+/// Every proper prefix of `bytes`, read by `read`, is refused naming `name` at an offset
+/// not past the cut; `except` lists the lengths a reader may accept. Returns the cuts.
+fn every_cut_refused<T: std::fmt::Debug>(
+    name: &str,
+    bytes: &[u8],
+    except: &[usize],
+    read: impl Fn(&[u8]) -> Result<T, FormatError>,
+) -> usize {
+    for cut in 0..bytes.len() {
+        if except.contains(&cut) {
+            continue;
+        }
+        match read(&bytes[..cut]) {
+            Err(e) => {
+                assert_eq!(e.input, name, "cut {cut}: {e}");
+                assert!(e.offset as usize <= cut, "cut {cut}: {e}");
+                assert_eq!(
+                    e.to_string(),
+                    format!("{name}: at offset {}: {}", e.offset, e.message)
+                );
+            }
+            Ok(v) => panic!(
+                "{name} cut to {cut} of {} bytes was read: {v:?}",
+                bytes.len()
+            ),
+        }
+    }
+    bytes.len()
+}
+
+/// Reads a replay to its end with the streaming reader (`verify`, `seek` and `watch` read
+/// files so), as `Replay::from_bytes` reads it whole.
+fn stream_all(name: &str, bytes: &[u8]) -> Result<u32, FormatError> {
+    let mut s = ReplayStream::new(name, std::io::Cursor::new(bytes))?;
+    let mut ops = Vec::new();
+    let mut n = 0;
+    while s.next_ops(&mut ops)? {
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// What `assemble` writes to `OUT.part.tmp` before it seeks back to set the step count,
+/// in the order it writes it: `OUT.part.tmp` is made a named pipe, read by a thread; the
+/// seek fails on a pipe, and the assembly fails and removes what it made.
+fn written_before_the_count(part: &Path, out: &Path) -> Vec<u8> {
+    let tmp = assembly_path(out);
+    let made = std::process::Command::new("mkfifo").arg(&tmp).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", tmp.display());
+    let reader = std::thread::spawn({
+        let tmp = tmp.clone();
+        move || std::fs::read(tmp).unwrap()
+    });
+    let e = assemble(part, out, true).unwrap_err();
+    let bytes = reader.join().unwrap();
+    assert!(matches!(e, AssembleError::Output { .. }), "{e}");
+    assert!(
+        std::fs::symlink_metadata(&tmp).is_err(),
+        "the pipe is removed"
+    );
+    assert!(!out.exists());
+    bytes
+}
+
+/// A finished recording is never mistaken for another when cut: its header holds its
+/// step count, so every proper prefix is refused by both readers, naming the file and
+/// an offset not past the cut. `FILE.part.tmp`, the assembly, holds step count 0 until
+/// its last write (what `assemble` writes before it, read through a pipe, is the finished
+/// file with step count 0), so a cut one is refused too, at the first byte after row 0,
+/// except cut exactly there: then it is the replay of no steps, which is true.
+#[test]
+fn a_cut_finished_file_or_assembly_is_refused_naming_the_file() {
+    let dir = scratch();
+    let j = Journal::record(lively(150, 5, 20), dir.path(), "f.ostm");
+    let name = "f.ostm";
+    let whole = j.finished_prefix(j.steps());
+    assert_eq!(whole, j.finished);
+    let n = every_cut_refused(name, &whole, &[], |b| Replay::from_bytes(name, b));
+    every_cut_refused(name, &whole, &[], |b| stream_all(name, b));
+    // Before its last write: the step count still 0.
+    let before_count = written_before_the_count(
+        &journal_path(&dir.path().join("f.ostm")),
+        &dir.path().join("f.ostm"),
+    );
+    let mut want = whole.clone();
+    want[j.count_at..j.count_at + 4].fill(0);
+    assert!(
+        before_count == want,
+        "the assembly is written with step count 0, the count last"
+    );
+    let empty = j.rows_at + 8;
+    every_cut_refused(name, &before_count, &[empty], |b| {
+        Replay::from_bytes(name, b)
+    });
+    every_cut_refused(name, &before_count, &[empty], |b| stream_all(name, b));
+    let e = Replay::from_bytes(name, &before_count).unwrap_err();
+    assert_eq!(e.offset as usize, empty, "{e}");
+    assert!(e.message.contains("trailing bytes"), "{e}");
+    let zero = Replay::from_bytes(name, &before_count[..empty]).unwrap();
+    assert_eq!(zero.step_count(), 0);
+    assert!(n > 7_000, "{n} bytes");
+}
+
+/// The steps of finishing a recording, in the order `Recorder::finish` takes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// `assemble` writes `FILE.part.tmp` (step count 0, then the count).
+    Write,
+    /// [`finish_order`]: sync it, rename it over `FILE`.
+    Finish(Finish),
+    /// `FILE.part` is removed.
+    RemovePart,
+}
+
+/// A crash after any step of finishing a recording, with everything not yet synced lost
+/// in any way (the assembly cut at 60 seeded offsets, whole before its count, whole):
+/// what is left is either `FILE.part`, whole, beside what may be a partial
+/// `FILE.part.tmp` (which `recover`, like the next clean finish, replaces), or the whole
+/// finished `FILE` (beside `FILE.part` when the crash came before its removal, and
+/// recovering again then gives the same bytes). The order of the middle steps is the
+/// code's own ([`finish_order`]); a finish that renamed before it synced would leave
+/// `FILE` on bytes a crash can lose, which this test refuses.
+#[test]
+fn a_crash_while_finishing_leaves_the_in_progress_file_or_the_whole_replay() {
+    let dir = scratch();
+    let out = dir.path().join("fin.ostm");
+    let j = Journal::record(lively(400, 6, 20), dir.path(), "fin.ostm");
+    let part = journal_path(&out);
+    let tmp = assembly_path(&out);
+    let journal = j.bytes.clone();
+    let whole = j.finished.clone();
+    let mut before_count = whole.clone();
+    before_count[j.count_at..j.count_at + 4].fill(0);
+    let mut rng = Sfc32::from_seed(0xf15);
+    // What the assembly can hold on the disk before it is synced.
+    let mut unsynced = vec![Vec::new(), before_count.clone(), whole.clone()];
+    for _ in 0..60 {
+        let cut = rng.next_u32() as usize % whole.len();
+        unsynced.push(before_count[..cut].to_vec());
+    }
+    let mut steps = vec![Step::Write];
+    steps.extend(finish_order().map(Step::Finish));
+    steps.push(Step::RemovePart);
+    let mut checked = 0;
+    for crash in 0..=steps.len() {
+        let done = &steps[..crash];
+        let synced = done.contains(&Step::Finish(Finish::SyncTemp));
+        let renamed = done.contains(&Step::Finish(Finish::RenameOver));
+        let removed = done.contains(&Step::RemovePart);
+        let assembly: Vec<Option<&Vec<u8>>> = if !done.contains(&Step::Write) {
+            vec![None]
+        } else if synced {
+            vec![Some(&whole)]
+        } else {
+            unsynced.iter().map(Some).collect()
+        };
+        for left in assembly {
+            // The directory as the crash left it.
+            for p in [&out, &part, &tmp] {
+                let _ = std::fs::remove_file(p);
+            }
+            if !removed {
+                std::fs::write(&part, &journal).unwrap();
+            }
+            if let Some(bytes) = left {
+                std::fs::write(if renamed { &out } else { &tmp }, bytes).unwrap();
+            }
+            let what = format!(
+                "a crash after {done:?}, the assembly {} bytes",
+                left.map_or(0, |b| b.len())
+            );
+            if out.exists() {
+                let r = Replay::read_file(&out)
+                    .unwrap_or_else(|e| panic!("{what}: FILE is not whole: {e}"));
+                assert!(r.to_bytes() == whole, "{what}");
+                if !removed {
+                    assemble(&part, &out, true).unwrap();
+                    assert!(std::fs::read(&out).unwrap() == whole, "{what}");
+                }
+            } else {
+                assert!(part.exists(), "{what}: neither FILE nor FILE.part");
+                let got = assemble(&part, &out, true).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(
+                    (got.steps as usize, got.dropped),
+                    (j.steps(), None),
+                    "{what}"
+                );
+                assert!(std::fs::read(&out).unwrap() == whole, "{what}");
+            }
+            assert!(!tmp.exists(), "{what}: the partial assembly is replaced");
+            checked += 1;
+        }
+    }
+    assert!(checked >= unsynced.len() + 4, "{checked}");
+    // A clean finish over a partial assembly left by a crash: the same.
+    let _ = std::fs::remove_file(&out);
+    let mut rec = Recorder::create(&out, &j.replay.start_world(), true).unwrap();
+    let rows = j.replay.hashes.as_ref().unwrap();
+    for i in 0..j.steps() {
+        rec.push(j.replay.inputs.get(i), rows[i + 1]).unwrap();
+    }
+    std::fs::write(&tmp, &before_count[..before_count.len() / 2]).unwrap();
+    assert_eq!(rec.finish().unwrap() as usize, j.steps());
+    assert!(std::fs::read(&out).unwrap() == whole);
+    assert!(!tmp.exists() && !part.exists());
+}
+
+/// A failure bundle is written whole (`PATH.part`, synced, renamed). Every proper prefix
+/// of a bundle (a verify bundle, a live one with both snapshots) is refused naming it at
+/// an offset not past the cut, never a panic (its replay length must be the bytes that
+/// remain: docs/bundle-format.md). A write over an old bundle that fails part way (a full
+/// disk: `PATH.part` made a link to `/dev/full`) leaves the old one whole and no
+/// `PATH.part`; a partial `PATH.part` a killed writer left is refused when read by hand,
+/// and replaced by the next write.
+#[test]
+fn a_cut_bundle_is_refused_and_a_failed_write_leaves_the_old_one() {
+    let r = lively(120, 7, 20);
+    let mut world = r.start_world();
+    for i in 0..60 {
+        world.step(&r.inputs.ops(i));
+    }
+    let rows = r.hashes.as_ref().unwrap();
+    let verify = Bundle::from_mismatch(
+        &r,
+        60,
+        rows[60] ^ 1,
+        Some(world.clone()),
+        None,
+        "verify r.ostm: row 60 differs",
+    )
+    .unwrap();
+    let mut after = world.clone();
+    after.step(&r.inputs.ops(60));
+    let live = Bundle::from_drift(
+        &world,
+        r.inputs.get(60),
+        after.hash() ^ 1,
+        &after,
+        Some(after.clone()),
+        "live drift",
+    )
+    .unwrap();
+    for b in [&verify, &live] {
+        let bytes = b.to_bytes();
+        every_cut_refused("b.ostmb", &bytes, &[], |x| Bundle::from_bytes("b.ostmb", x));
+        assert_eq!(&Bundle::from_bytes("b.ostmb", &bytes).unwrap(), b);
+    }
+    let dir = scratch();
+    let path = dir.path().join("s.drift-61.ostmb");
+    let tmp = dir.path().join("s.drift-61.ostmb.part");
+    verify.write_file(&path).unwrap();
+    assert!(!tmp.exists(), "nothing left beside it");
+    std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
+    let e = live.write_file(&path).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::StorageFull, "{e}");
+    assert_eq!(
+        Bundle::read_file(&path).unwrap(),
+        verify,
+        "the old bundle, whole"
+    );
+    assert!(
+        std::fs::symlink_metadata(&tmp).is_err(),
+        "no PATH.part is left"
+    );
+    let new = live.to_bytes();
+    std::fs::write(&tmp, &new[..new.len() / 3]).unwrap();
+    let e = Bundle::read_file(&tmp).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with(&format!("{}: at offset ", tmp.display()))
+            && e.offset as usize <= new.len() / 3,
+        "{e}"
+    );
+    live.write_file(&path).unwrap();
+    assert_eq!(Bundle::read_file(&path).unwrap(), live);
+    assert!(!tmp.exists(), "the partial file was replaced");
+}
+
+/// A seek index is written whole (`INDEX.part`, synced, renamed), and one cut short (a
+/// copy interrupted, a disk that lost its end) is refused whatever step is asked for,
+/// naming the index at an offset not past the cut: at every line boundary, every offset
+/// of its last 64 KiB and 1 000 seeded offsets (docs/seek-index.md, step 1). A write over
+/// an old index that fails part way (`INDEX.part` a link to `/dev/full`) leaves the old
+/// one whole and no `INDEX.part`; a partial `INDEX.part` is refused when read by hand.
+#[test]
+fn a_cut_seek_index_is_refused_and_a_failed_write_leaves_the_old_one() {
+    let dir = scratch();
+    let replay = dir.path().join("r.ostm");
+    lively(1000, 8, 20).write_file(&replay).unwrap();
+    let index = dir.path().join("r.ostm.seek");
+    write_index(&replay, &index, 64, |_| {}).unwrap();
+    let whole = std::fs::read(&index).unwrap();
+    let len = whole.len();
+    let lines: Vec<usize> = whole
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b == b'\n')
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1 + 1000 / 64 + 1,
+        "a header and an entry per 64 rows"
+    );
+    let mut rng = Sfc32::from_seed(0x5eec);
+    let mut cuts: BTreeSet<usize> = lines[..lines.len() - 1].iter().copied().collect();
+    cuts.extend(len.saturating_sub(64 * 1024)..len);
+    cuts.extend((0..1000).map(|_| rng.next_u32() as usize % len));
+    cuts.insert(0);
+    let cut = dir.path().join("cut.seek");
+    std::fs::write(&cut, &whole).unwrap();
+    let f = OpenOptions::new().write(true).open(&cut).unwrap();
+    let name = cut.display().to_string();
+    for &at in cuts.iter().rev() {
+        f.set_len(at as u64).unwrap();
+        // The first step's entry is there in every cut past the header; the last step's
+        // is not.
+        for step in [40, 1040] {
+            match seek(&replay, &cut, step) {
+                Err(e) => {
+                    assert_eq!(e.input, name, "cut {at}: {e}");
+                    assert!(e.offset as usize <= at, "cut {at}: {e}");
+                    assert!(e.message.contains("cut short"), "cut {at}: {e}");
+                }
+                Ok(s) => {
+                    panic!("an index cut to {at} of {len} bytes was read for step {step}: {s:?}")
+                }
+            }
+        }
+    }
+    assert_eq!(seek(&replay, &index, 1040).unwrap().world.step, 1040);
+    // Its last 4 KiB zeroed, or garbage (a disk that lost its end): refused the same way.
+    let tail = len - 4096;
+    let mut garbage = vec![0u8; 4096];
+    garbage.iter_mut().for_each(|b| *b = rng.next_u32() as u8);
+    for end in [vec![0u8; 4096], garbage] {
+        let mut bytes = whole.clone();
+        bytes[tail..].copy_from_slice(&end);
+        std::fs::write(&cut, &bytes).unwrap();
+        for step in [40, 1040] {
+            let e = seek(&replay, &cut, step).expect_err("a damaged end is refused");
+            assert!(
+                e.message.contains("cut short") && e.offset as usize <= len,
+                "{e}"
+            );
+        }
+    }
+    // A write that fails part way leaves the old index.
+    let part = dir.path().join("r.ostm.seek.part");
+    std::os::unix::fs::symlink("/dev/full", &part).unwrap();
+    let e = write_index(&replay, &index, 64, |_| {}).unwrap_err();
+    assert!(e.to_string().contains("No space left on device"), "{e}");
+    assert!(
+        std::fs::symlink_metadata(&part).is_err(),
+        "no INDEX.part is left"
+    );
+    assert!(
+        std::fs::read(&index).unwrap() == whole,
+        "the old index, whole"
+    );
+    assert_eq!(seek(&replay, &index, 999).unwrap().world.step, 999);
+    std::fs::write(&part, &whole[..len / 2]).unwrap();
+    let e = seek(&replay, &part, 999).unwrap_err();
+    assert!(e.message.contains("cut short"), "{e}");
+    write_index(&replay, &index, 64, |_| {}).unwrap();
+    assert!(!part.exists(), "the partial index was replaced");
+    assert!(std::fs::read(&index).unwrap() == whole);
+}
+
+/// The files written in one piece (replays written whole, pose caches, failure bundles,
+/// keyframes and pictures from `ostm-viewer keyframe`, `render`) go through
+/// `format::write_whole`: a write over an old file that fails part way (`PATH.part` a
+/// link to `/dev/full`) leaves the old file as it was and no `PATH.part`; one that
+/// succeeds replaces a partial `PATH.part` a killed writer left.
+#[test]
+fn a_file_written_whole_is_the_old_or_the_new_never_a_part() {
+    let dir = scratch();
+    let path = dir.path().join("ghost.ospc");
+    let part = dir.path().join("ghost.ospc.part");
+    write_whole(&path, b"the old file").unwrap();
+    assert!(!part.exists());
+    std::os::unix::fs::symlink("/dev/full", &part).unwrap();
+    let e = write_whole(&path, &[7; 100_000]).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::StorageFull, "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"the old file");
+    assert!(
+        std::fs::symlink_metadata(&part).is_err(),
+        "no PATH.part is left"
+    );
+    std::fs::write(&part, b"half of a new").unwrap();
+    write_whole(&path, b"the new file").unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"the new file");
+    assert!(!part.exists());
+    // A replay's and a bundle's writer are this one.
+    let r = lively(10, 9, 3);
+    let rp = dir.path().join("r.ostm");
+    std::os::unix::fs::symlink("/dev/full", dir.path().join("r.ostm.part")).unwrap();
+    assert!(r.write_file(&rp).is_err() && !rp.exists());
+    assert!(std::fs::symlink_metadata(dir.path().join("r.ostm.part")).is_err());
 }

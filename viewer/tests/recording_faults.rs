@@ -283,3 +283,142 @@ fn recover_tells_corruption_from_a_torn_tail_and_keeps_the_evidence() {
     assert!(!part.exists());
     let _ = out;
 }
+
+/// A command that runs `bin` so that a directory's write permission binds it: as itself,
+/// or, when the tests run as root (whom permissions do not stop), through `setpriv
+/// --bounding-set -all`, which leaves it no capability to override them.
+fn bound_by_permissions(bin: PathBuf) -> Command {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Command::new(bin);
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--bounding-set", "-all"]).arg(bin);
+    cmd
+}
+
+/// A directory made read-only while a viewer records into it: appending to the open
+/// `FILE.part` goes on, the finish cannot create `FILE.part.tmp`, and the viewer says so,
+/// keeps `FILE.part` with every step and names `recover` (exit 2), leaving nothing else.
+/// Writable again, `recover` gives a replay that verifies and holds at least the steps the
+/// message counted.
+#[test]
+fn a_directory_made_read_only_while_recording_is_an_error_and_the_part_recovers() {
+    use std::os::unix::fs::PermissionsExt;
+    let host = Host::start(&["--rate", "300", "--status-ms", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let rec_dir = dir.path().join("rec");
+    std::fs::create_dir(&rec_dir).unwrap();
+    let rec = rec_dir.join("s.ostm");
+    let mut cmd = bound_by_permissions(viewer_bin());
+    cmd.args([
+        "attach",
+        &host.addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--json",
+    ]);
+    let mut v = ostm_testkit::Proc::spawn(&mut cmd);
+    let first = json(&v.wait_line(|l| json(l)["event"] == "status"));
+    let set = |mode| std::fs::set_permissions(&rec_dir, std::fs::Permissions::from_mode(mode));
+    set(0o555).unwrap();
+    // Still recording after the change: a status at least 300 steps later.
+    let before = first["step"].as_u64().unwrap();
+    v.wait_line(|l| {
+        let e = json(l);
+        e["event"] == "status" && e["step"].as_u64().unwrap_or(0) > before + 300
+    });
+    v.signal("INT");
+    let out = v.finish();
+    set(0o755).unwrap();
+    let text = stdout(&out);
+    assert_eq!(code(&out), 2, "{text}{}", stderr(&out));
+    let end = json(text.lines().last().unwrap());
+    let part = journal_path(&rec);
+    let err = end["message"].as_str().unwrap();
+    assert!(
+        err.contains(&format!(
+            "cannot finish the recording: cannot write {}.tmp: Permission denied",
+            part.display()
+        )) && err.contains("(no permission to write there)")
+            && err.contains(&format!("`ostm-viewer recover {}`", part.display())),
+        "{err}"
+    );
+    assert_eq!(end["files"].as_array().unwrap().len(), 0, "{end}");
+    let left = &end["unfinished"][0];
+    assert_eq!(left["part"], part.to_str().unwrap(), "{end}");
+    let sure = left["steps"].as_u64().unwrap();
+    assert!(
+        sure > 300,
+        "the steps recorded after the change are kept: {end}"
+    );
+    assert_eq!(names(&rec_dir), ["s.ostm.part"], "nothing else is left");
+    let o = viewer(&["recover", part.to_str().unwrap(), "--json"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let got = json(stdout(&o).lines().next().unwrap());
+    assert!(got["steps"].as_u64().unwrap() >= sure, "{got}");
+    let r = Replay::read_file(&rec).unwrap();
+    assert!(matches!(
+        r.verify(|_| {}),
+        ostm_protocol::Verdict::Match { .. }
+    ));
+}
+
+/// The host's own `--record` under the same fault: its directory made read-only while it
+/// records, then Ctrl-C. The host says it cannot finish, names `FILE.part` and `recover`
+/// (exit 2); the part holds every step the host stepped and recovers to a replay that
+/// verifies.
+#[test]
+fn a_hosts_recording_in_a_directory_made_read_only_is_an_error_and_recovers() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let rec_dir = dir.path().join("rec");
+    std::fs::create_dir(&rec_dir).unwrap();
+    let rec = rec_dir.join("h.ostm");
+    let mut cmd = bound_by_permissions(host_bin());
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--rate",
+        "500",
+        "--json",
+    ])
+    .args(["--status-ms", "50", "--record", rec.to_str().unwrap()]);
+    let mut host = ostm_testkit::Proc::spawn(&mut cmd);
+    let step = |l: &str| json(l)["step"].as_u64().unwrap_or(0);
+    let first = step(&host.wait_line(|l| step(l) > 0));
+    let set = |mode| std::fs::set_permissions(&rec_dir, std::fs::Permissions::from_mode(mode));
+    set(0o555).unwrap();
+    host.wait_line(|l| step(l) > first + 200);
+    host.signal("INT");
+    let out = host.finish();
+    set(0o755).unwrap();
+    let text = stdout(&out);
+    assert_eq!(code(&out), 2, "{text}{}", stderr(&out));
+    let end = json(text.lines().last().unwrap());
+    let steps = end["step"].as_u64().unwrap();
+    let part = journal_path(&rec);
+    assert_eq!(end["reason"], "host-error", "{end}");
+    let why = end["text"].as_str().unwrap();
+    assert!(
+        why.starts_with(&format!(
+            "cannot finish the recording {}: cannot write {}.tmp: Permission denied",
+            rec.display(),
+            part.display()
+        )) && why.contains("(no permission to write there)")
+            && why.ends_with(&format!(
+                "{} is kept with all its {steps} steps: `ostm-viewer recover {}` turns it into {}",
+                part.display(),
+                part.display(),
+                rec.display()
+            )),
+        "{why}"
+    );
+    assert_eq!(names(&rec_dir), ["h.ostm.part"], "nothing else is left");
+    let o = viewer(&["recover", part.to_str().unwrap(), "--json"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let r = Replay::read_file(&rec).unwrap();
+    assert_eq!(r.step_count() as u64, steps, "every step the host stepped");
+    assert_eq!(r.hashes.as_deref(), Some(&default_rows(steps)[..]));
+}

@@ -18,7 +18,6 @@ use crate::error::FormatError;
 use crate::format::ostm::{Inputs, Replay};
 use crate::sim::op::Op;
 use crate::sim::world::{first_difference, FieldDiff, World, MAX_SNAPSHOT_BYTES};
-use std::io::Write;
 use std::path::Path;
 
 /// The eight magic bytes.
@@ -159,16 +158,10 @@ impl Bundle {
         out
     }
 
-    /// Writes the file whole: to `PATH.part`, synced, then renamed over `PATH`.
+    /// Writes the file whole ([`crate::format::write_whole`]: through `PATH.part`, synced,
+    /// renamed; a failed write leaves `PATH` as it was and no `PATH.part`).
     pub fn write_file(&self, path: &Path) -> std::io::Result<()> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".part");
-        let tmp = std::path::PathBuf::from(tmp);
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&self.to_bytes())?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
+        crate::format::write_whole(path, &self.to_bytes())
     }
 
     /// Reads a bundle file (at most [`MAX_BUNDLE_BYTES`]).

@@ -286,9 +286,10 @@ impl Replay {
         out
     }
 
-    /// Writes the file.
+    /// Writes the file whole ([`crate::format::write_whole`]: through `PATH.part`, synced,
+    /// renamed; a failed write leaves `PATH` as it was and no `PATH.part`).
     pub fn write_file(&self, path: &Path) -> std::io::Result<()> {
-        std::fs::write(path, self.to_bytes())
+        crate::format::write_whole(path, &self.to_bytes())
     }
 }
 

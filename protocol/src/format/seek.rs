@@ -95,9 +95,9 @@ pub enum IndexError {
     Every,
 }
 
-/// Writes the index of `replay` to `index` (through `INDEX.part`, renamed when whole):
-/// a keyframe at rows 0, K, 2K, … up to the last step. `progress` gets the rows done.
-/// Returns the header written.
+/// Writes the index of `replay` to `index` (through `INDEX.part`, synced, renamed when
+/// whole, and the directory synced): a keyframe at rows 0, K, 2K, … up to the last step.
+/// `progress` gets the rows done. Returns the header written.
 pub fn write_index(
     replay: &Path,
     index: &Path,
@@ -124,8 +124,11 @@ pub fn write_index(
     tmp.push(".part");
     let tmp = PathBuf::from(tmp);
     // A replay that turns out malformed part way leaves no half-written index behind.
-    let written = write_entries(&tmp, &header, stream, every, &mut progress)
-        .and_then(|()| std::fs::rename(&tmp, index).map_err(IndexError::from));
+    let written = write_entries(&tmp, &header, stream, every, &mut progress).and_then(|()| {
+        std::fs::rename(&tmp, index)
+            .and_then(|()| crate::format::sync_dir(index))
+            .map_err(IndexError::from)
+    });
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -250,6 +253,7 @@ pub fn seek_stream(
         ));
     }
     check_step(&iname, start, steps, step)?;
+    check_complete(&mut f, &iname, first, len, &header)?;
     let target = ((step - header.start_step) / header.every as u64 * header.every as u64) as u32;
 
     // Bisect over byte offsets: `lo` is always the start of a line whose row is <= target.
@@ -304,6 +308,58 @@ pub fn seek_stream(
     }
     stream.seek_to(target, entry.input_offset)?;
     run_on(stream, world, (step - start) as u32)
+}
+
+/// Refuses an index that does not end with its last entry, the one for row
+/// `floor(steps / every) · every`: an index cut short (a copy interrupted, a disk that lost
+/// its end) is refused whatever step is asked for, not only a step whose entry is gone.
+/// `first` is the offset after the header line; the last line is read from the end.
+fn check_complete(
+    f: &mut BufReader<File>,
+    name: &str,
+    first: u64,
+    len: u64,
+    header: &IndexHeader,
+) -> Result<(), FormatError> {
+    let (steps, every) = (header.steps, header.every);
+    let last_row = steps / every * every;
+    let from = len.saturating_sub(MAX_INDEX_LINE as u64 + 1).max(first);
+    f.seek(SeekFrom::Start(from))
+        .map_err(|e| FormatError::io(name, &e))?;
+    let mut tail = Vec::with_capacity((len - from) as usize);
+    f.take(len - from)
+        .read_to_end(&mut tail)
+        .map_err(|e| FormatError::new(name, from, format!("cannot read: {e}")))?;
+    let line_start = |bytes: &[u8]| {
+        bytes
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(from, |i| from + i as u64 + 1)
+    };
+    let cut = |at: u64, found: String| {
+        FormatError::new(
+            name,
+            at,
+            format!("expected the index to end with the entry for row {last_row} (steps {steps}, every {every}), found {found}: the index is cut short; write it again with `ostm-viewer index`"),
+        )
+    };
+    let Some((b'\n', body)) = tail.split_last() else {
+        let start = line_start(&tail);
+        return Err(cut(
+            start,
+            if tail.is_empty() {
+                "nothing after the header".into()
+            } else {
+                format!("a last line of {} bytes without its newline", len - start)
+            },
+        ));
+    };
+    let start = line_start(body);
+    match entry_row(&tail[(start - from) as usize..]) {
+        Some(row) if row == last_row => Ok(()),
+        Some(row) => Err(cut(start, format!("the entry for row {row} last"))),
+        None => Err(cut(start, "a last line that is not an entry".into())),
+    }
 }
 
 /// Refuses a step outside the replay's `start..=start + steps` (`name` leads the error).

@@ -2,7 +2,6 @@
 
 use crate::exit::{fail, Exit};
 use ostm_protocol::format::keyframe::{to_json_pretty, DEFAULT_TICK_RATE};
-use std::io::Write;
 use std::path::PathBuf;
 
 /// Arguments of `keyframe`.
@@ -41,7 +40,7 @@ pub fn run(args: Args) -> Exit {
         Ok(t) => t,
         Err(e) => return fail(e),
     };
-    if let Err(e) = write_whole(&args.output, text.as_bytes()) {
+    if let Err(e) = ostm_protocol::format::write_whole(&args.output, text.as_bytes()) {
         return fail(format!("cannot write {}: {e}", args.output.display()));
     }
     let hash = world.hash();
@@ -67,16 +66,4 @@ pub fn run(args: Args) -> Exit {
         },
     );
     Exit::Ok
-}
-
-/// Writes a file through `PATH.part`, synced, then renamed.
-pub fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".part");
-    let tmp = PathBuf::from(tmp);
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)
 }

@@ -101,7 +101,7 @@ pub fn run(args: Args) -> Exit {
         (picture.into_bytes(), svg::WIDTH as u32, svg::HEIGHT as u32)
     };
     let len = bytes.len();
-    if let Err(e) = std::fs::write(&args.output, bytes) {
+    if let Err(e) = ostm_protocol::format::write_whole(&args.output, &bytes) {
         return fail(format!("{}: cannot write: {e}", args.output.display()));
     }
     crate::report::report(

@@ -436,7 +436,7 @@ impl Drop for Unfinished<'_> {
 pub enum Finish {
     /// The whole file, written under its temporary name, is synced.
     SyncTemp,
-    /// It is renamed over the finished name.
+    /// It is renamed over the finished name, and the directory synced.
     RenameOver,
 }
 
@@ -590,12 +590,14 @@ pub fn assemble(journal: &Path, out: &Path, verify: bool) -> Result<Assembled, A
     for step in finish_order() {
         match step {
             Finish::SyncTemp => file.sync_all().map_err(write_err)?,
-            Finish::RenameOver => {
-                std::fs::rename(&tmp, out).map_err(|err| AssembleError::Output {
+            // Renamed, and the directory synced before `FILE.part` may be removed: a
+            // power loss then keeps the new name.
+            Finish::RenameOver => std::fs::rename(&tmp, out)
+                .and_then(|()| crate::format::sync_dir(out))
+                .map_err(|err| AssembleError::Output {
                     path: out.to_path_buf(),
                     err,
-                })?
-            }
+                })?,
         }
     }
     drop(file);

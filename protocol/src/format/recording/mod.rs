@@ -119,12 +119,17 @@ impl Recorder {
             unflushed: false,
             last_flush: None,
         };
-        let started = (|| {
+        let started = (|| -> io::Result<()> {
             r.file.write_all(&head)?;
             if durability.sync {
                 r.file.sync_all()?;
             }
-            std::fs::rename(&fresh, &r.journal)
+            std::fs::rename(&fresh, &r.journal)?;
+            // With sync, the name `FILE.part` survives a power loss too.
+            if durability.sync {
+                crate::format::sync_dir(&r.journal)?;
+            }
+            Ok(())
         })();
         if let Err(e) = started {
             // Nothing was recorded: no `.part.new` is left behind (a full disk, a limit).
