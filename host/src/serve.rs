@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -371,49 +372,17 @@ fn say(json: bool, plain: String, obj: serde_json::Value) {
     let _ = out.flush();
 }
 
-/// Serves until the stream ends; `shutdown` completing stops the host cleanly.
+/// Serves until the stream ends; `shutdown` completing stops the host cleanly: the
+/// arguments checked, NATS prepared and the address bound before anything is announced,
+/// then the hub, its fan-out, the stepping thread and the metrics started, viewers
+/// accepted until the stream ends, and what is queued delivered within bounds.
 ///
 /// # Errors
 /// Bad arguments (a non-loopback address without a token, an unreadable replay) or a
 /// failure to bind.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, String> {
-    let token = args.token.resolve()?;
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(c), Some(k)) => Some(crate::tls::acceptor(c, k)?),
-        _ => None,
-    };
-    if !args.listen.ip().is_loopback() {
-        if token.is_none() {
-            return Err(format!(
-                "--listen {} is not a loopback address: a token is required (--token-file, OSTM_TOKEN or --token)",
-                args.listen
-            ));
-        }
-        if tls.is_none() && !args.allow_plaintext {
-            return Err(format!(
-                "--listen {} is not a loopback address: TLS is required (--tls-cert and --tls-key), or --allow-plaintext to send the token and records in the clear",
-                args.listen
-            ));
-        }
-    }
-    if let Some(path) = &args.recording.record {
-        check_target(path, args.recording.force)?;
-    }
-    let source = match (&args.from_keyframe, &args.replay) {
-        (Some(k), replay) => Source::from_keyframe(k, replay.as_deref())?,
-        (None, Some(path)) => Source::replay(path).map_err(|e| e.to_string())?,
-        (None, None) => {
-            let dims = match args.dims.unwrap_or(3) {
-                2 => Dims::Two,
-                _ => Dims::Three,
-            };
-            Source::generated(Setup {
-                dims,
-                bodies: args.bodies.unwrap_or(DEFAULT_SETUP.bodies),
-                seed: args.seed.unwrap_or(DEFAULT_SETUP.seed),
-            })
-        }
-    };
+    let (token, tls) = access(&args)?;
+    let source = source(&args)?;
     let rate = match args.rate {
         Rate::PerSecond(n) => Some(n),
         Rate::Max => None,
@@ -434,65 +403,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
         Some(a) => Some(ostm_runtime::metrics::bind(a).await?),
         None => None,
     };
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    say(
-        args.json,
-        format!("ostm-host listening on {addr}"),
-        serde_json::json!({"event": "listening", "addr": addr.to_string()}),
-    );
-    if let Some(l) = &metrics_listener {
-        let at = l.local_addr().map_err(|e| e.to_string())?;
-        say(
-            args.json,
-            format!("ostm-host metrics on http://{at}/metrics"),
-            serde_json::json!({"event": "metrics", "addr": at.to_string()}),
-        );
-    }
-    let w = source.world();
-    info!(%addr, step = w.step, dims = w.dims() as u8, bodies = w.bodies.len(), seed = w.setup().seed, "serving");
-    let world_labels = vec![
-        ("dims".to_string(), (w.dims() as u8).to_string()),
-        ("bodies".to_string(), w.bodies.len().to_string()),
-        ("seed".to_string(), w.setup().seed.to_string()),
-    ];
+    announce(&args, &listener, metrics_listener.as_ref(), &source)?;
 
-    let hub = Arc::new(Hub::new(
-        source.world().clone(),
-        Limits {
-            queue: if args.unbounded_queue_for_tests {
-                warn!("the record ring is unbounded (test only)");
-                UNBOUNDED_QUEUE_FOR_TESTS
-            } else {
-                args.viewer_queue as usize
-            },
-            ring: args.ring as usize,
-        },
-    ));
-    let cfg = Arc::new(ConnConfig {
-        token,
-        tls,
-        stall: Duration::from_millis(args.stall_ms.max(1)),
-        silence: Duration::from_millis(SILENCE_TIMEOUT_MS as u64),
-        heartbeat: Duration::from_millis(HEARTBEAT_MS as u64),
-        welcome: Welcome {
-            version: VERSION,
-            role: PeerRole::Host as u8,
-            rate: rate.unwrap_or(0),
-            heartbeat_ms: HEARTBEAT_MS,
-            ring: args.ring,
-            queue: args.viewer_queue,
-        },
-    });
-    let plan = Plan {
-        rate,
-        steps: args.steps,
-        perturb: args.perturb,
-        record: args.recording.record.clone(),
-        durability: args.recording.durability(),
-        wait_for_viewers: args.wait_for_viewers,
-        stamps: args.stamps.clone(),
-        stamp_every: args.stamp_every,
-    };
+    let hub = Arc::new(Hub::new(source.world().clone(), limits(&args)));
+    let cfg = Arc::new(conn_config(&args, token, tls, rate));
     let cancel = CancellationToken::new();
     let nats_stop = CancellationToken::new();
     let (feed, publisher, nats) = match nats {
@@ -518,110 +432,317 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
             tokio::spawn(async move { fan_out.run(&hub, part).await })
         })
         .collect();
-    // The stepping loop on a thread of its own, named so that its CPU time can be told
-    // apart from the connections' (top -H, /proc/PID/task/*/comm).
-    let mut stepping = {
-        let (hub, cancel) = (hub.clone(), cancel.clone());
-        let (done, stepped) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name(STEPPER_THREAD.into())
-            .spawn(move || {
-                let _ = done.send(stepper::run(hub, source, plan, feed, cancel));
-            })
-            .map_err(|e| format!("cannot start the stepping loop: {e}"))?;
-        stepped
-    };
-    let slots = Arc::new(Semaphore::new(args.max_viewers));
+    let labels = world_labels(source.world());
+    let stepping = start_stepping(&hub, source, plan(&args, rate), feed, &cancel)?;
     let waiting = Pending::new(args.max_waiting, args.max_waiting_per_address);
     let metrics_stop = CancellationToken::new();
     if let Some(l) = metrics_listener {
-        let metrics = Arc::new(crate::metrics::HostMetrics {
-            hub: hub.clone(),
-            waiting: waiting.clone(),
-            nats: nats.clone(),
-            start_step: hub.step(),
-            target_rate: rate.unwrap_or(0),
-            rate: Default::default(),
-        });
-        let registry = Arc::new(metrics.registry(world_labels));
-        tokio::spawn(metrics.meter(metrics_stop.clone()));
-        tokio::spawn(ostm_runtime::metrics::serve(
-            l,
-            registry,
-            metrics_stop.clone(),
-        ));
+        serve_metrics(l, labels, &hub, &waiting, nats.clone(), rate, &metrics_stop);
     }
     let _stop_metrics = metrics_stop.drop_guard();
-    let mut conns = JoinSet::new();
-    let mut status = tokio::time::interval(Duration::from_millis(args.status_ms.max(1)));
-    let mut meter = StepMeter::new(hub.step());
-    status.tick().await;
-    tokio::pin!(shutdown);
-    let mut stopping = false;
-    let end = loop {
-        tokio::select! {
-            done = &mut stepping => {
-                break done.unwrap_or_else(|_| Stopped::Failed.end(hub.step()));
-            }
-            _ = &mut shutdown, if !stopping => {
-                info!("stopping");
-                stopping = true;
-                cancel.cancel();
-            }
-            acc = listener.accept() => match acc {
-                Ok((stream, peer)) => {
-                    let (place, shed) = waiting.admit(peer.ip());
-                    if shed > 0 {
-                        hub.counters.shed.fetch_add(shed, Ordering::Relaxed);
-                    }
-                    conns.spawn(conn::serve(stream, peer, hub.clone(), fan_out.clone(), cfg.clone(), place, slots.clone()));
-                }
-                Err(e) => {
-                    warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            _ = status.tick(), if args.status_ms > 0 => {
-                let rate = meter.rate(hub.step());
-                print_status(&hub, args.json, None, waiting.len(), nats.as_deref(), Some(rate));
-            }
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
+    let serving = Serving {
+        hub,
+        fan_out,
+        cfg,
+        slots: Arc::new(Semaphore::new(args.max_viewers)),
+        waiting,
+        nats,
+        json: args.json,
+        status_ms: args.status_ms,
     };
-    drop(listener);
-    // The stream has ended: each fan-out makes its last round (the last records, a wake
-    // for every parked connection of its share) and returns.
-    if tokio::time::timeout(SHUTDOWN_GRACE, futures::future::join_all(fan_outs))
+    let mut conns = JoinSet::new();
+    let end = serving
+        .accept_until_end(listener, stepping, shutdown, cancel, &mut conns)
+        .await;
+    serving
+        .close(end, fan_outs, conns, publisher, nats_stop)
         .await
-        .is_err()
-    {
-        warn!("the fan-out did not finish");
-    }
-    // Give every connection a bounded time to deliver its queue and end message.
-    let wait = cfg.stall.min(SHUTDOWN_GRACE);
-    if tokio::time::timeout(wait, async { while conns.join_next().await.is_some() {} })
-        .await
-        .is_err()
-    {
-        warn!(left = conns.len(), "connections still open at exit");
-        conns.abort_all();
-    }
-    if let Some(task) = publisher {
-        // The end is in the feed: give the publisher a bounded time to deliver it.
-        if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
-            warn!("the NATS publisher did not finish in time");
-            nats_stop.cancel();
+}
+
+/// The token viewers must send and the TLS acceptor, once the rules for a non-loopback
+/// address are met; `--record`'s target is checked here too.
+fn access(args: &Args) -> Result<(Option<String>, Option<TlsAcceptor>), String> {
+    let token = args.token.resolve()?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Some(crate::tls::acceptor(c, k)?),
+        _ => None,
+    };
+    if !args.listen.ip().is_loopback() {
+        if token.is_none() {
+            return Err(format!(
+                "--listen {} is not a loopback address: a token is required (--token-file, OSTM_TOKEN or --token)",
+                args.listen
+            ));
+        }
+        if tls.is_none() && !args.allow_plaintext {
+            return Err(format!(
+                "--listen {} is not a loopback address: TLS is required (--tls-cert and --tls-key), or --allow-plaintext to send the token and records in the clear",
+                args.listen
+            ));
         }
     }
-    print_status(
-        &hub,
+    if let Some(path) = &args.recording.record {
+        check_target(path, args.recording.force)?;
+    }
+    Ok((token, tls))
+}
+
+/// The world served: a keyframe's, a replay's, or a generated one.
+fn source(args: &Args) -> Result<Source, String> {
+    Ok(match (&args.from_keyframe, &args.replay) {
+        (Some(k), replay) => Source::from_keyframe(k, replay.as_deref())?,
+        (None, Some(path)) => Source::replay(path).map_err(|e| e.to_string())?,
+        (None, None) => {
+            let dims = match args.dims.unwrap_or(3) {
+                2 => Dims::Two,
+                _ => Dims::Three,
+            };
+            Source::generated(Setup {
+                dims,
+                bodies: args.bodies.unwrap_or(DEFAULT_SETUP.bodies),
+                seed: args.seed.unwrap_or(DEFAULT_SETUP.seed),
+            })
+        }
+    })
+}
+
+/// Prints the bound address first (and the metrics address), and logs the world served.
+fn announce(
+    args: &Args,
+    listener: &TcpListener,
+    metrics: Option<&TcpListener>,
+    source: &Source,
+) -> Result<(), String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    say(
         args.json,
-        Some(&end),
-        waiting.len(),
-        nats.as_deref(),
-        None,
+        format!("ostm-host listening on {addr}"),
+        serde_json::json!({"event": "listening", "addr": addr.to_string()}),
     );
-    Ok(end)
+    if let Some(l) = metrics {
+        let at = l.local_addr().map_err(|e| e.to_string())?;
+        say(
+            args.json,
+            format!("ostm-host metrics on http://{at}/metrics"),
+            serde_json::json!({"event": "metrics", "addr": at.to_string()}),
+        );
+    }
+    let w = source.world();
+    info!(%addr, step = w.step, dims = w.dims() as u8, bodies = w.bodies.len(), seed = w.setup().seed, "serving");
+    Ok(())
+}
+
+/// The hub's record ring and drift ring.
+fn limits(args: &Args) -> Limits {
+    Limits {
+        queue: if args.unbounded_queue_for_tests {
+            warn!("the record ring is unbounded (test only)");
+            UNBOUNDED_QUEUE_FOR_TESTS
+        } else {
+            args.viewer_queue as usize
+        },
+        ring: args.ring as usize,
+    }
+}
+
+/// What every connection is held to, and the welcome it gets.
+fn conn_config(
+    args: &Args,
+    token: Option<String>,
+    tls: Option<TlsAcceptor>,
+    rate: Option<u32>,
+) -> ConnConfig {
+    ConnConfig {
+        token,
+        tls,
+        stall: Duration::from_millis(args.stall_ms.max(1)),
+        silence: Duration::from_millis(SILENCE_TIMEOUT_MS as u64),
+        heartbeat: Duration::from_millis(HEARTBEAT_MS as u64),
+        welcome: Welcome {
+            version: VERSION,
+            role: PeerRole::Host as u8,
+            rate: rate.unwrap_or(0),
+            heartbeat_ms: HEARTBEAT_MS,
+            ring: args.ring,
+            queue: args.viewer_queue,
+        },
+    }
+}
+
+/// What the stepping loop does.
+fn plan(args: &Args, rate: Option<u32>) -> Plan {
+    Plan {
+        rate,
+        steps: args.steps,
+        perturb: args.perturb,
+        record: args.recording.record.clone(),
+        durability: args.recording.durability(),
+        wait_for_viewers: args.wait_for_viewers,
+        stamps: args.stamps.clone(),
+        stamp_every: args.stamp_every,
+    }
+}
+
+/// Starts the stepping loop on a thread of its own, named so that its CPU time can be
+/// told apart from the connections' (top -H, /proc/PID/task/*/comm); the receiver gets
+/// how the stream ended.
+fn start_stepping(
+    hub: &Arc<Hub>,
+    source: Source,
+    plan: Plan,
+    feed: Option<crate::publish::Feed>,
+    cancel: &CancellationToken,
+) -> Result<tokio::sync::oneshot::Receiver<End>, String> {
+    let (hub, cancel) = (hub.clone(), cancel.clone());
+    let (done, stepped) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(STEPPER_THREAD.into())
+        .spawn(move || {
+            let _ = done.send(stepper::run(hub, source, plan, feed, cancel));
+        })
+        .map_err(|e| format!("cannot start the stepping loop: {e}"))?;
+    Ok(stepped)
+}
+
+/// The labels of the world served, on every metric.
+fn world_labels(w: &ostm_protocol::World) -> Vec<(String, String)> {
+    vec![
+        ("dims".to_string(), (w.dims() as u8).to_string()),
+        ("bodies".to_string(), w.bodies.len().to_string()),
+        ("seed".to_string(), w.setup().seed.to_string()),
+    ]
+}
+
+/// Serves the host's metrics on `listener` until `stop`.
+fn serve_metrics(
+    listener: TcpListener,
+    world_labels: Vec<(String, String)>,
+    hub: &Arc<Hub>,
+    waiting: &Arc<Pending>,
+    nats: Option<Arc<crate::publish::Counters>>,
+    rate: Option<u32>,
+    stop: &CancellationToken,
+) {
+    let metrics = Arc::new(crate::metrics::HostMetrics {
+        hub: hub.clone(),
+        waiting: waiting.clone(),
+        nats,
+        start_step: hub.step(),
+        target_rate: rate.unwrap_or(0),
+        rate: Default::default(),
+    });
+    let registry = Arc::new(metrics.registry(world_labels));
+    tokio::spawn(metrics.meter(stop.clone()));
+    tokio::spawn(ostm_runtime::metrics::serve(
+        listener,
+        registry,
+        stop.clone(),
+    ));
+}
+
+/// What the accept loop and the close share.
+struct Serving {
+    hub: Arc<Hub>,
+    fan_out: Arc<FanOut>,
+    cfg: Arc<ConnConfig>,
+    slots: Arc<Semaphore>,
+    waiting: Arc<Pending>,
+    nats: Option<Arc<crate::publish::Counters>>,
+    json: bool,
+    status_ms: u64,
+}
+
+impl Serving {
+    /// Accepts viewers and prints a status line every `status_ms` until the stepping loop
+    /// ends the stream (`shutdown` cancels it first); returns how it ended.
+    async fn accept_until_end(
+        &self,
+        listener: TcpListener,
+        mut stepping: tokio::sync::oneshot::Receiver<End>,
+        shutdown: impl Future<Output = ()>,
+        cancel: CancellationToken,
+        conns: &mut JoinSet<()>,
+    ) -> End {
+        let hub = &self.hub;
+        let mut status = tokio::time::interval(Duration::from_millis(self.status_ms.max(1)));
+        let mut meter = StepMeter::new(hub.step());
+        status.tick().await;
+        tokio::pin!(shutdown);
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                done = &mut stepping => {
+                    break done.unwrap_or_else(|_| Stopped::Failed.end(hub.step()));
+                }
+                _ = &mut shutdown, if !stopping => {
+                    info!("stopping");
+                    stopping = true;
+                    cancel.cancel();
+                }
+                acc = listener.accept() => match acc {
+                    Ok((stream, peer)) => {
+                        let (place, shed) = self.waiting.admit(peer.ip());
+                        if shed > 0 {
+                            hub.counters.shed.fetch_add(shed, Ordering::Relaxed);
+                        }
+                        conns.spawn(conn::serve(stream, peer, hub.clone(), self.fan_out.clone(), self.cfg.clone(), place, self.slots.clone()));
+                    }
+                    Err(e) => {
+                        warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                _ = status.tick(), if self.status_ms > 0 => {
+                    let rate = meter.rate(hub.step());
+                    print_status(hub, self.json, None, self.waiting.len(), self.nats.as_deref(), Some(rate));
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+    }
+
+    /// After the stream has ended: each fan-out makes its last round (the last records, a
+    /// wake for every parked connection of its share), every connection gets a bounded
+    /// time to deliver its queue and end message, the NATS publisher to deliver the end;
+    /// then the last status line.
+    async fn close(
+        self,
+        end: End,
+        fan_outs: Vec<tokio::task::JoinHandle<()>>,
+        mut conns: JoinSet<()>,
+        publisher: Option<tokio::task::JoinHandle<()>>,
+        nats_stop: CancellationToken,
+    ) -> Result<End, String> {
+        if tokio::time::timeout(SHUTDOWN_GRACE, futures::future::join_all(fan_outs))
+            .await
+            .is_err()
+        {
+            warn!("the fan-out did not finish");
+        }
+        let wait = self.cfg.stall.min(SHUTDOWN_GRACE);
+        if tokio::time::timeout(wait, async { while conns.join_next().await.is_some() {} })
+            .await
+            .is_err()
+        {
+            warn!(left = conns.len(), "connections still open at exit");
+            conns.abort_all();
+        }
+        if let Some(task) = publisher {
+            if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
+                warn!("the NATS publisher did not finish in time");
+                nats_stop.cancel();
+            }
+        }
+        print_status(
+            &self.hub,
+            self.json,
+            Some(&end),
+            self.waiting.len(),
+            self.nats.as_deref(),
+            None,
+        );
+        Ok(end)
+    }
 }
 
 /// The kernel send buffer each viewer's socket asks for, in bytes (set on the listening
