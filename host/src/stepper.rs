@@ -177,40 +177,121 @@ pub fn run(
     mut feed: Option<Feed>,
     cancel: CancellationToken,
 ) -> End {
-    let end = |why: Stopped, step| why.end(step);
-    let mut recorder = match &plan.record {
-        Some(path) => match Recorder::create_with(
-            path,
-            source.world(),
-            source.needs_start_snapshot(),
-            plan.durability,
-        ) {
-            Ok(r) => Some(r),
-            Err(err) => {
-                let why = Stopped::CannotRecord {
+    let opened = Outputs::open(&hub, &source, &plan)
+        .and_then(|mut out| wait_for_viewers(&hub, &plan, &cancel, &mut out).map(|()| out));
+    let mut out = match opened {
+        Ok(out) => out,
+        Err(why) => {
+            let e = why.end(source.world().step);
+            hub.end(e.clone());
+            return e;
+        }
+    };
+    let result = step_until_end(&hub, &mut source, &plan, feed.as_mut(), &cancel, &mut out);
+    // Tell the viewers first: finishing a long recording must not delay their end message.
+    hub.end(result.clone());
+    if let Some(f) = feed {
+        f.end(result.clone());
+    }
+    out.close(result)
+}
+
+/// What the stepping loop writes besides the hub: the host's recording and the
+/// benchmark's timestamps.
+struct Outputs {
+    recorder: Option<Recorder>,
+    stamps: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Outputs {
+    /// Creates the recording (a failure stops the host) and the stamps file (a failure
+    /// is only logged).
+    fn open(hub: &Hub, source: &Source, plan: &Plan) -> Result<Outputs, Stopped> {
+        let recorder = match &plan.record {
+            Some(path) => Some(
+                Recorder::create_with(
+                    path,
+                    source.world(),
+                    source.needs_start_snapshot(),
+                    plan.durability,
+                )
+                .map_err(|err| Stopped::CannotRecord {
                     path: path.clone(),
                     err,
-                };
-                let e = end(why, source.world().step);
-                hub.end(e.clone());
-                return e;
+                })?,
+            ),
+            None => None,
+        };
+        hub.counters
+            .recording
+            .store(recorder.is_some(), std::sync::atomic::Ordering::Relaxed);
+        let stamps = match &plan.stamps {
+            Some(p) => match std::fs::File::create(p) {
+                Ok(f) => Some(std::io::BufWriter::new(f)),
+                Err(e) => {
+                    warn!(path = %p.display(), "cannot write stamps: {e}");
+                    None
+                }
+            },
+            None => None,
+        };
+        Ok(Outputs { recorder, stamps })
+    }
+
+    /// Writes the timestamp of the step that brought the world to `step`, when due.
+    fn stamp(&mut self, plan: &Plan, step: u64) {
+        if let Some(out) = self
+            .stamps
+            .as_mut()
+            .filter(|_| step.is_multiple_of(plan.stamp_every.max(1)))
+        {
+            use std::io::Write;
+            let ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let _ = writeln!(out, "{step} {ns}");
+        }
+    }
+
+    /// Flushes the stamps and finishes the recording; a recording that cannot be
+    /// finished turns `result` into [`Stopped::CannotFinish`].
+    fn close(self, result: End) -> End {
+        if let Some(mut out) = self.stamps {
+            use std::io::Write;
+            let _ = out.flush();
+        }
+        let Some(r) = self.recorder else {
+            return result;
+        };
+        let path = r.path().to_path_buf();
+        let (part, steps) = (r.journal().to_path_buf(), r.steps());
+        match r.finish() {
+            Ok(n) => {
+                info!(steps = n, path = %path.display(), "host recording written");
+                result
             }
-        },
-        None => None,
-    };
-    hub.counters
-        .recording
-        .store(recorder.is_some(), std::sync::atomic::Ordering::Relaxed);
-    let mut stamps = match &plan.stamps {
-        Some(p) => match std::fs::File::create(p) {
-            Ok(f) => Some(std::io::BufWriter::new(f)),
-            Err(e) => {
-                warn!(path = %p.display(), "cannot write stamps: {e}");
-                None
+            Err(err) => {
+                warn!(path = %path.display(), "cannot finish the host recording: {err}");
+                Stopped::CannotFinish {
+                    path,
+                    part,
+                    steps,
+                    err,
+                }
+                .end(result.host_step)
             }
-        },
-        None => None,
-    };
+        }
+    }
+}
+
+/// Takes no step until `plan.wait_for_viewers` viewers have attached (or `cancel`),
+/// flushing the recording meanwhile.
+fn wait_for_viewers(
+    hub: &Hub,
+    plan: &Plan,
+    cancel: &CancellationToken,
+    out: &mut Outputs,
+) -> Result<(), Stopped> {
     while hub
         .counters
         .viewers_total
@@ -219,133 +300,129 @@ pub fn run(
         && !cancel.is_cancelled()
     {
         std::thread::sleep(Duration::from_millis(5));
-        if let Err(why) = flush_due(&hub, &mut recorder) {
-            let e = end(why, source.world().step);
-            hub.end(e.clone());
-            return e;
-        }
+        flush_due(hub, &mut out.recorder)?;
     }
+    Ok(())
+}
+
+/// Steps, at the plan's rate, until the plan is done, the replay runs out, `cancel`
+/// fires or a step cannot be encoded or recorded; returns how the stream ended.
+fn step_until_end(
+    hub: &Hub,
+    source: &mut Source,
+    plan: &Plan,
+    mut feed: Option<&mut Feed>,
+    cancel: &CancellationToken,
+    out: &mut Outputs,
+) -> End {
     let mut frames = Frames::new();
     let started = Instant::now();
     let mut done: u64 = 0;
-    let result = loop {
+    loop {
         if cancel.is_cancelled() {
-            break end(Stopped::Shutdown, source.world().step);
+            return Stopped::Shutdown.end(source.world().step);
         }
         if plan.steps == Some(done) {
-            break end(Stopped::RanSteps(done), source.world().step);
+            return Stopped::RanSteps(done).end(source.world().step);
         }
         if let Some(rate) = plan.rate {
             let due = started + Duration::from_secs_f64(done as f64 / rate.max(1) as f64);
-            let mut now = Instant::now();
-            while now < due && !cancel.is_cancelled() {
-                std::thread::sleep((due - now).min(SLEEP_SLICE));
-                now = Instant::now();
-                // A failing disk is reported by the next step's own flush.
-                let _ = flush_due(&hub, &mut recorder);
-            }
+            wait_until(due, hub, cancel, &mut out.recorder);
             if cancel.is_cancelled() {
                 continue;
             }
         }
         let Some(input) = source.next_input() else {
-            break end(Stopped::ReplayServed, source.world().step);
+            return Stopped::ReplayServed.end(source.world().step);
         };
-        let world = source.world_mut();
-        let step = world.step;
-        if let Some(f) = feed.as_mut() {
-            f.before_step(world);
-        }
-        world.step(&input.ops);
-        if let Some((at, body)) = plan.perturb {
-            if world.step == at {
-                match world.bodies.get_mut(body as usize).filter(|b| b.alive) {
-                    Some(b) => {
-                        b.vel[1] = b.vel[1].wrapping_add(1);
-                        warn!(step = at, body, "perturbed the host's world (test only)");
-                    }
-                    None => warn!(step = at, body, "not perturbed: no live body there"),
-                }
-            }
-        }
-        let hash = world.hash();
-        if let Some(expected) = input.expected_hash {
-            if expected != hash {
-                warn!(
-                    step = world.step,
-                    expected, hash, "the replay's hash row differs from the host's world"
-                );
-            }
-        }
-        let record = ToViewer::Record(Record {
-            step,
-            hash,
-            input: input.bytes.clone(),
-        });
-        let frame = match frames.encode(record) {
-            Ok(f) => f,
-            Err(err) => break end(Stopped::CannotEncode { step, err }, step),
-        };
-        if let Some(out) = stamps
-            .as_mut()
-            .filter(|_| world.step.is_multiple_of(plan.stamp_every.max(1)))
-        {
-            use std::io::Write;
-            let ns = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let _ = writeln!(out, "{} {ns}", world.step);
-        }
-        hand_over(
-            &hub,
-            feed.as_mut(),
-            step,
-            world,
-            input.bytes.clone(),
-            &frame,
-        );
-        if let Some(r) = recorder.as_mut() {
-            if let Err(err) = r.push(&input.bytes, hash) {
-                break end(
-                    Stopped::CannotRecordStep { step, err },
-                    step.wrapping_add(1),
-                );
-            }
-        }
-        if let Err(why) = flush_due(&hub, &mut recorder) {
-            break end(why, step.wrapping_add(1));
+        if let Err(e) = step_one(
+            hub,
+            source.world_mut(),
+            input,
+            plan,
+            feed.as_deref_mut(),
+            &mut frames,
+            out,
+        ) {
+            return e;
         }
         done += 1;
-    };
-    // Tell the viewers first: finishing a long recording must not delay their end message.
-    hub.end(result.clone());
-    if let Some(f) = feed {
-        f.end(result.clone());
     }
-    if let Some(mut out) = stamps {
-        use std::io::Write;
-        let _ = out.flush();
+}
+
+/// Sleeps in slices until `due` or `cancel`, flushing the recording when due.
+fn wait_until(
+    due: Instant,
+    hub: &Hub,
+    cancel: &CancellationToken,
+    recorder: &mut Option<Recorder>,
+) {
+    let mut now = Instant::now();
+    while now < due && !cancel.is_cancelled() {
+        std::thread::sleep((due - now).min(SLEEP_SLICE));
+        now = Instant::now();
+        // A failing disk is reported by the next step's own flush.
+        let _ = flush_due(hub, recorder);
     }
-    if let Some(r) = recorder {
-        let path = r.path().to_path_buf();
-        let (part, steps) = (r.journal().to_path_buf(), r.steps());
-        match r.finish() {
-            Ok(n) => info!(steps = n, path = %path.display(), "host recording written"),
-            Err(err) => {
-                warn!(path = %path.display(), "cannot finish the host recording: {err}");
-                return end(
-                    Stopped::CannotFinish {
-                        path,
-                        part,
-                        steps,
-                        err,
-                    },
-                    result.host_step,
-                );
-            }
+}
+
+/// One step: the world stepped (and perturbed, in tests), hashed, its record encoded,
+/// stamped, handed to the hub and NATS, recorded and flushed when due.
+fn step_one(
+    hub: &Hub,
+    world: &mut ostm_protocol::World,
+    input: crate::source::StepInput,
+    plan: &Plan,
+    mut feed: Option<&mut Feed>,
+    frames: &mut Frames,
+    out: &mut Outputs,
+) -> Result<(), End> {
+    let step = world.step;
+    if let Some(f) = feed.as_deref_mut() {
+        f.before_step(world);
+    }
+    world.step(&input.ops);
+    if let Some((at, body)) = plan.perturb {
+        perturb(world, at, body);
+    }
+    let hash = world.hash();
+    if let Some(expected) = input.expected_hash {
+        if expected != hash {
+            warn!(
+                step = world.step,
+                expected, hash, "the replay's hash row differs from the host's world"
+            );
         }
     }
-    result
+    let record = ToViewer::Record(Record {
+        step,
+        hash,
+        input: input.bytes.clone(),
+    });
+    let frame = frames
+        .encode(record)
+        .map_err(|err| Stopped::CannotEncode { step, err }.end(step))?;
+    out.stamp(plan, world.step);
+    hand_over(hub, feed, step, world, input.bytes.clone(), &frame);
+    if let Some(r) = out.recorder.as_mut() {
+        r.push(&input.bytes, hash)
+            .map_err(|err| Stopped::CannotRecordStep { step, err }.end(step.wrapping_add(1)))?;
+    }
+    flush_due(hub, &mut out.recorder).map_err(|why| why.end(step.wrapping_add(1)))
+}
+
+/// Test only: once the world reaches step `at`, adds 1 to body `body`'s velocity.y.
+fn perturb(world: &mut ostm_protocol::World, at: u64, body: u8) {
+    if world.step != at {
+        return;
+    }
+    match world.bodies.get_mut(body as usize).filter(|b| b.alive) {
+        Some(b) => {
+            b.vel[1] = b.vel[1].wrapping_add(1);
+            warn!(step = at, body, "perturbed the host's world (test only)");
+        }
+        None => warn!(step = at, body, "not perturbed: no live body there"),
+    }
 }
 
 #[cfg(test)]
