@@ -2,9 +2,11 @@
 //! terminal view), how the viewer reaches a host (`attach`, `check`), and where a failure
 //! bundle goes (`verify`, `attach`, `check`).
 
-use crate::live::session::{self, Options};
+use crate::live::network::Dial;
+use crate::live::session::{self, NatsOptions, Options, RecordTo, VerifierOptions};
 use crate::live::tls::TlsArgs;
 use crate::metrics::Metrics;
+use ostm_protocol::session::Goal;
 use ostm_protocol::Dims;
 use ostm_runtime::cli::{NatsAuthArgs, RecordArgs, TokenArgs};
 use ostm_runtime::DEFAULT_PORT;
@@ -126,24 +128,30 @@ impl AttachArgs {
     /// # Errors
     /// The token or TLS options cannot be used with the address.
     pub fn session_options(&mut self) -> Result<Options, String> {
-        let host = self.host.connect(&mut self.addr)?;
+        let mut host = self.host.connect(&mut self.addr)?;
+        host.dial.reconnect = self
+            .reconnect
+            .then(|| Duration::from_secs(self.reconnect_for));
+        host.dial.throttle_read = self.throttle_read;
         if let Some(path) = &self.recording.record {
             ostm_protocol::format::recording::check_target(path, self.recording.force)?;
         }
         Ok(Options {
-            steps: self.steps,
-            until: self.until,
-            record: self.recording.record.clone(),
-            force: self.recording.force,
-            durability: self.recording.durability(),
-            reconnect: self
-                .reconnect
-                .then(|| Duration::from_secs(self.reconnect_for)),
-            throttle: self.throttle,
-            throttle_read: self.throttle_read,
-            verifier_nice: self.verifier_nice,
-            fields: self.fields,
-            fields_at: self.fields_at.iter().copied().collect(),
+            goal: Goal {
+                steps: self.steps,
+                until: self.until,
+            },
+            record: self.recording.record.clone().map(|path| RecordTo {
+                path,
+                force: self.recording.force,
+                durability: self.recording.durability(),
+            }),
+            verifier: VerifierOptions {
+                nice: self.verifier_nice,
+                throttle: self.throttle,
+                fields: self.fields,
+                fields_at: self.fields_at.iter().copied().collect(),
+            },
             ..host
         })
     }
@@ -211,12 +219,21 @@ impl HostArgs {
         *addr = with_default_port(addr);
         crate::live::nats::check_address(addr, self.from_step)?;
         Ok(Options {
-            addr: addr.clone(),
-            token: self.token.resolve()?,
-            tls: self.tls.build(addr)?,
-            nats_auth: self.nats.clone(),
-            from_step: self.from_step,
-            verifier_nice: session::VERIFIER_NICENESS,
+            dial: Dial {
+                addr: addr.clone(),
+                token: self.token.resolve()?,
+                tls: self.tls.build(addr)?,
+                reconnect: None,
+                throttle_read: None,
+            },
+            nats: NatsOptions {
+                auth: self.nats.clone(),
+                from_step: self.from_step,
+            },
+            verifier: VerifierOptions {
+                nice: session::VERIFIER_NICENESS,
+                ..VerifierOptions::default()
+            },
             ..Options::default()
         })
     }

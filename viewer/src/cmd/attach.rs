@@ -16,7 +16,7 @@ pub fn run(mut args: AttachArgs) -> Exit {
         Ok(o) => o,
         Err(e) => return crate::exit::fail(e),
     };
-    let metrics = match args.metrics.start(&args.addr, opts.record.as_deref()) {
+    let metrics = match args.metrics.start(&args.addr, opts.record_path()) {
         Ok(m) => m,
         Err(e) => return crate::exit::fail(e),
     };

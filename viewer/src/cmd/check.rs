@@ -6,6 +6,7 @@ use crate::exit::Exit;
 use crate::live::session::{self, Options, Stop};
 use crate::report::bundle::{add_bundle_json, written_line};
 use crate::report::session::{drift_bundle, verdict};
+use ostm_protocol::session::Goal;
 
 /// Arguments of `check`.
 #[derive(clap::Args)]
@@ -59,7 +60,10 @@ pub fn run(mut args: Args) -> Exit {
     let (opts, metrics) = match started {
         Ok((host, metrics)) => (
             Options {
-                steps: Some(args.steps),
+                goal: Goal {
+                    steps: Some(args.steps),
+                    until: None,
+                },
                 ..host
             },
             metrics,

@@ -190,7 +190,7 @@ fn live(mut args: Args) -> Exit {
     let metrics = match args
         .attach
         .metrics
-        .start(&args.attach.addr, opts.record.as_deref())
+        .start(&args.attach.addr, opts.record_path())
     {
         Ok(m) => m,
         Err(e) => return fail(e),

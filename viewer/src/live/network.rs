@@ -48,7 +48,7 @@ const READ_BUFFER: usize = 256 * 1024;
 pub const RECONNECT_MAX_WAIT: Duration = Duration::from_secs(5);
 
 /// What the reader needs to know.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Dial {
     pub addr: String,
     pub token: Option<String>,

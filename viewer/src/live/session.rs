@@ -36,43 +36,61 @@ const CLOCK_EVERY: u32 = 256;
 /// What the session is asked to do.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// `HOST:PORT`.
-    pub addr: String,
-    pub token: Option<String>,
-    /// TLS, when asked for.
-    pub tls: Option<super::tls::Tls>,
-    /// NATS's authentication, for a `nats://HOST:PORT/NAME` address.
-    pub nats_auth: ostm_runtime::cli::NatsAuthArgs,
-    /// On NATS: start from the keyframe at or before this step.
-    pub from_step: Option<u64>,
-    /// Stop after verifying this many steps.
-    pub steps: Option<u64>,
-    /// Stop once the viewer's world reaches this step.
-    pub until: Option<u64>,
-    /// Record to this file.
-    pub record: Option<PathBuf>,
-    /// Overwrite an existing recording.
-    pub force: bool,
-    /// How the recording reaches the disk.
-    pub durability: Durability,
-    /// Reconnect after a lost connection, trying for at most this long.
-    pub reconnect: Option<Duration>,
-    /// Test only: verify at most this many steps per second.
-    pub throttle: Option<u32>,
-    /// Test only: read at most this many records per second, with a small receive buffer,
-    /// so that the viewer falls behind a fast host and is resynced.
-    pub throttle_read: Option<u32>,
-    /// Compute both fields ([`fields::compute`]) of every world the viewer reaches.
-    pub fields: bool,
-    /// Nice steps the verifier runs below the reader ([`VERIFIER_NICENESS`] by default).
-    pub verifier_nice: i32,
-    /// Report the fields ([`Event::Fields`]) when the viewer's world is at these steps.
-    /// Implies `fields`.
-    pub fields_at: BTreeSet<u64>,
+    /// Which host and how the TCP/TLS reader reaches it (its token, TLS, `--reconnect`).
+    pub dial: Dial,
+    /// On NATS (`nats://HOST:PORT/NAME`): its authentication and where to start.
+    pub nats: NatsOptions,
+    /// When the session has done what it was asked (`--steps`, `--until`).
+    pub goal: Goal,
+    /// Record the verified steps, when asked.
+    pub record: Option<RecordTo>,
+    /// What the verifier does besides verifying.
+    pub verifier: VerifierOptions,
     /// A view of the world (terminal or web) asks for frames with this ([`Event::Frame`]).
     pub frames: Option<FrameRequest>,
     /// Stops the session as Ctrl-C does (a view's quit key).
     pub interrupt: Interrupt,
+}
+
+/// How the session reads a session on NATS.
+#[derive(Debug, Clone, Default)]
+pub struct NatsOptions {
+    /// NATS's authentication.
+    pub auth: ostm_runtime::cli::NatsAuthArgs,
+    /// Start from the keyframe at or before this step, not the latest.
+    pub from_step: Option<u64>,
+}
+
+/// Where and how the session is recorded (`--record FILE`, `--force`, `--sync`).
+#[derive(Debug, Clone)]
+pub struct RecordTo {
+    /// The file (its in-progress `FILE.part` beside it).
+    pub path: PathBuf,
+    /// Overwrite an existing recording.
+    pub force: bool,
+    /// How the recording reaches the disk.
+    pub durability: Durability,
+}
+
+/// What the verifier does besides verifying.
+#[derive(Debug, Clone, Default)]
+pub struct VerifierOptions {
+    /// Nice steps the verifier runs below the reader ([`VERIFIER_NICENESS`] by default).
+    pub nice: i32,
+    /// Test only: verify at most this many steps per second.
+    pub throttle: Option<u32>,
+    /// Compute both fields ([`fields::compute`]) of every world the viewer reaches.
+    pub fields: bool,
+    /// Report the fields ([`Event::Fields`]) when the viewer's world is at these steps.
+    /// Implies `fields`.
+    pub fields_at: BTreeSet<u64>,
+}
+
+impl Options {
+    /// The recording's file, when the session records.
+    pub fn record_path(&self) -> Option<&Path> {
+        self.record.as_ref().map(|r| r.path.as_path())
+    }
 }
 
 /// How a view of the world (the terminal view, the web page) takes frames from the
@@ -95,7 +113,7 @@ impl FrameRequest {
     }
 }
 
-impl Options {
+impl VerifierOptions {
     fn computes_fields(&self) -> bool {
         self.fields || !self.fields_at.is_empty()
     }
@@ -245,7 +263,7 @@ impl Around {
         why: &str,
         events: &mut impl FnMut(Event<'_>),
     ) {
-        if !opts.computes_fields() {
+        if !opts.verifier.computes_fields() {
             return;
         }
         let f = fields::compute(world);
@@ -262,7 +280,7 @@ impl Around {
 
     /// `--throttle` (tests): at most that many verified steps per second.
     fn throttle(&mut self, opts: &Options) {
-        if let Some(per_second) = opts.throttle {
+        if let Some(per_second) = opts.verifier.throttle {
             self.throttled += 1;
             let due = self.throttle_start
                 + Duration::from_secs_f64(self.throttled as f64 / per_second.max(1) as f64);
@@ -304,44 +322,33 @@ fn failed_early(why: String) -> Outcome {
 
 /// Runs a session to its end; `events` sees progress. Ctrl-C or SIGTERM stops it.
 pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
-    if let Some(path) = &opts.record {
-        if let Err(e) = check_target(path, opts.force) {
+    if let Some(r) = &opts.record {
+        if let Err(e) = check_target(&r.path, r.force) {
             return failed_early(e);
         }
     }
-    let nats = match super::nats::parse(&opts.addr) {
+    let nats = match super::nats::parse(&opts.dial.addr) {
         None => None,
         Some(Ok(target)) => Some(super::nats::Dial {
             target,
-            auth: opts.nats_auth.clone(),
-            from_step: opts.from_step,
+            auth: opts.nats.auth.clone(),
+            from_step: opts.nats.from_step,
         }),
         Some(Err(e)) => return failed_early(e),
     };
-    if opts.from_step.is_some() && nats.is_none() {
+    if opts.nats.from_step.is_some() && nats.is_none() {
         return failed_early(
             "--from-step needs a session on NATS (nats://HOST:PORT/NAME): a TCP host streams from its current step".into(),
         );
     }
-    let spool = Arc::new(Spool::new(&spool_dir(opts.record.as_deref())));
+    let spool = Arc::new(Spool::new(&spool_dir(opts.record_path())));
     let shared = Arc::new(Shared {
         interrupted: opts.interrupt.clone(),
         ..Shared::default()
     });
-    let dial = Dial {
-        addr: opts.addr.clone(),
-        token: opts.token.clone(),
-        reconnect: opts.reconnect,
-        throttle_read: opts.throttle_read,
-        tls: opts.tls.clone(),
-    };
-    let net = match Network::start(dial, nats, spool.clone(), shared.clone()) {
+    let net = match Network::start(opts.dial.clone(), nats, spool.clone(), shared.clone()) {
         Ok(n) => n,
         Err(e) => return failed_early(format!("cannot start the reader: {e}")),
-    };
-    let goal = Goal {
-        steps: opts.steps,
-        until: opts.until,
     };
     let limits = Limits {
         drift_reply_ms: net.reply_wait.as_millis() as u64,
@@ -352,12 +359,12 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         spool: &spool,
         shared: &shared,
         net,
-        core: Verifier::new(limits, goal, opts.reconnect.is_some()),
+        core: Verifier::new(limits, opts.goal, opts.dial.reconnect.is_some()),
         around: Around {
             recording: None,
             started: Instant::now(),
             fields: None,
-            fields_due: opts.fields_at.clone(),
+            fields_due: opts.verifier.fields_at.clone(),
             fields_missed: Vec::new(),
             backlog_peak: Backlog::default(),
             throttled: 0,
@@ -411,7 +418,7 @@ impl Driver<'_> {
     }
 
     fn verify_loop(&mut self, events: &mut impl FnMut(Event<'_>)) {
-        crate::priority::lower_thread_priority(self.opts.verifier_nice);
+        crate::priority::lower_thread_priority(self.opts.verifier.nice);
         let mut ops: Vec<Op> = Vec::new();
         // Items taken from the spool, many at a time.
         let mut pending: VecDeque<Item> = VecDeque::new();
@@ -580,8 +587,11 @@ impl Driver<'_> {
     }
 
     fn attached(&mut self, step: u64, events: &mut impl FnMut(Event<'_>)) {
-        if let Some(path) = &self.opts.record {
-            match Recording::start(path, self.core.world(), self.opts.durability) {
+        if let Some(RecordTo {
+            path, durability, ..
+        }) = &self.opts.record
+        {
+            match Recording::start(path, self.core.world(), *durability) {
                 Ok(r) => self.around.recording = Some(r),
                 Err(e) => {
                     self.core

@@ -56,7 +56,7 @@ pub fn run(mut args: AttachArgs) -> Exit {
     let interrupt = opts.interrupt.clone();
     let (tx, rx) = mpsc::channel();
     let to_view = tx.clone();
-    let metrics = match args.metrics.start(&args.addr, opts.record.as_deref()) {
+    let metrics = match args.metrics.start(&args.addr, opts.record_path()) {
         Ok(m) => m,
         Err(e) => return exit::fail(e),
     };
