@@ -155,58 +155,26 @@ pub enum Lost {
     Spool(std::io::Error),
 }
 
-/// Runs the reader until the stream ends, fails, or `cancel` fires.
+/// Runs the reader until the stream ends, fails, or `cancel` fires: connects, finds the
+/// session's stream and the keyframe to start from, hands that world to the verifier,
+/// then reads on from the message after it ([`read_on`]).
 pub async fn run(
     dial: Dial,
     spool: Arc<Spool>,
     shared: Arc<Shared>,
-    mut from_verifier: mpsc::UnboundedReceiver<ToHost>,
+    from_verifier: mpsc::UnboundedReceiver<ToHost>,
     replies: std::sync::mpsc::Sender<Result<DriftReply, String>>,
 ) -> Ended<Lost> {
     let t = &dial.target;
-    let s = &t.session;
-    let client = match dial.auth.connect_options().await {
-        Ok(o) => match o.connect(&t.url).await {
-            Ok(c) => c,
-            Err(err) => {
-                let url = t.url.clone();
-                return Ended::Broken(Lost::Connect { url, err });
-            }
-        },
-        Err(e) => return Ended::Broken(Lost::Options(e)),
+    let (client, stream) = match open(&dial).await {
+        Ok(c) => c,
+        Err(e) => return Ended::Broken(e),
     };
-    let js = jetstream::new(client.clone());
-    let stream = match js.get_stream(s.stream()).await {
-        Ok(st) => st,
-        Err(e) => {
-            return Ended::Broken(Lost::NoSession {
-                name: s.name().to_string(),
-                url: t.url.clone(),
-                stream: s.stream(),
-                err: e.to_string(),
-            })
-        }
-    };
-    let keys = s.keyframes();
-    // The keyframe to start from, and its stream sequence.
-    let start = match dial.from_step {
-        None => match stream.direct_get_last_for_subject(&keys).await {
-            Ok(m) => wire::keyframe(&t.place(&keys, m.sequence), &m.payload)
-                .map(|w| (m.sequence, w, rate(&m.headers)))
-                .map_err(Lost::Refused),
-            Err(e) => Err(Lost::NoKeyframeYet {
-                session: t.name(),
-                subject: keys.clone(),
-                err: e.to_string(),
-            }),
-        },
-        Some(step) => find_keyframe(&stream, t, &keys, step).await,
-    };
-    let (key_seq, world, host_rate) = match start {
+    let (key_seq, world, host_rate) = match start_keyframe(&stream, &dial).await {
         Ok(k) => k,
         Err(e) => return Ended::Broken(e),
     };
-    let mut reading = Reading {
+    let reading = Reading {
         target: t,
         world: (world.setup(), world.link()),
         follow: Follow::new(world.step),
@@ -226,16 +194,79 @@ pub async fn run(
     if spool.push(Item::Attached { welcome, world }).is_err() {
         return Ended::Broken(Lost::SpoolKeyframe);
     }
+    let messages = match first_consumer(&stream, &t.session, key_seq + 1).await {
+        Ok(m) => m,
+        Err(e) => return Ended::Broken(e),
+    };
+    let mut link = Link {
+        client: &client,
+        stream: &stream,
+        from_verifier,
+        replies: &replies,
+    };
+    read_on(&mut link, reading, messages, key_seq, &spool).await
+}
+
+/// Connects to the server and finds the session's stream.
+async fn open(dial: &Dial) -> Result<(async_nats::Client, jetstream::stream::Stream), Lost> {
+    let t = &dial.target;
+    let s = &t.session;
+    let options = dial.auth.connect_options().await.map_err(Lost::Options)?;
+    let client = options.connect(&t.url).await.map_err(|err| Lost::Connect {
+        url: t.url.clone(),
+        err,
+    })?;
+    let stream = jetstream::new(client.clone())
+        .get_stream(s.stream())
+        .await
+        .map_err(|e| Lost::NoSession {
+            name: s.name().to_string(),
+            url: t.url.clone(),
+            stream: s.stream(),
+            err: e.to_string(),
+        })?;
+    Ok((client, stream))
+}
+
+/// The keyframe to start from (the latest, or the last at or before `--from-step`): its
+/// stream sequence, its world and the host's rate.
+async fn start_keyframe(
+    stream: &jetstream::stream::Stream,
+    dial: &Dial,
+) -> Result<(u64, World, u32), Lost> {
+    let t = &dial.target;
+    let keys = t.session.keyframes();
+    match dial.from_step {
+        None => match stream.direct_get_last_for_subject(&keys).await {
+            Ok(m) => wire::keyframe(&t.place(&keys, m.sequence), &m.payload)
+                .map(|w| (m.sequence, w, rate(&m.headers)))
+                .map_err(Lost::Refused),
+            Err(e) => Err(Lost::NoKeyframeYet {
+                session: t.name(),
+                subject: keys.clone(),
+                err: e.to_string(),
+            }),
+        },
+        Some(step) => find_keyframe(stream, t, &keys, step).await,
+    }
+}
+
+/// The first consumer, from stream sequence `from`. A server busy delivering to many
+/// others may time out its creation: it is asked again, waiting 0.5 s doubling to 4 s,
+/// until the session has been silent for [`SILENCE`].
+async fn first_consumer(
+    stream: &jetstream::stream::Stream,
+    s: &Session,
+    from: u64,
+) -> Result<pull::Ordered, Lost> {
     let filter = s.filter();
-    // A server busy delivering to many others may time out the consumer's creation: it is
-    // asked again until the session has been silent for `SILENCE`.
     let asked = tokio::time::Instant::now();
     let mut wait = Duration::from_millis(500);
-    let mut messages = loop {
-        match read_from(&stream, &filter, key_seq + 1).await {
-            Ok(m) => break m,
+    loop {
+        match read_from(stream, &filter, from).await {
+            Ok(m) => return Ok(m),
             Err(err) if asked.elapsed() >= SILENCE => {
-                return Ended::Broken(Lost::CannotRead {
+                return Err(Lost::CannotRead {
                     stream: s.stream(),
                     err,
                 })
@@ -246,7 +277,34 @@ pub async fn run(
                 wait = (wait * 2).min(Duration::from_secs(4));
             }
         }
-    };
+    }
+}
+
+/// What the read loop talks to besides the stream's messages: the server (drift
+/// requests out, a new consumer when quiet) and the verifier (its requests in, the
+/// replies out).
+struct Link<'a> {
+    client: &'a async_nats::Client,
+    stream: &'a jetstream::stream::Stream,
+    from_verifier: mpsc::UnboundedReceiver<ToHost>,
+    replies: &'a std::sync::mpsc::Sender<Result<DriftReply, String>>,
+}
+
+/// Reads the stream's messages after stream sequence `key_seq` into the spool by the gap
+/// rule, passing the verifier's drift requests on, until the stream's end message, a
+/// refusal, or [`SILENCE`] with no message. A quiet stream (a restarted server, a lost
+/// consumer) is read on with a new consumer from the message after the last one taken,
+/// every [`RESUME_AFTER`]; messages delivered again are skipped by stream sequence.
+async fn read_on(
+    link: &mut Link<'_>,
+    mut reading: Reading<'_>,
+    mut messages: pull::Ordered,
+    key_seq: u64,
+    spool: &Spool,
+) -> Ended<Lost> {
+    let t = reading.target;
+    let s = &t.session;
+    let filter = s.filter();
     // The last stream sequence taken, and when the last message came.
     let mut last_seq = key_seq;
     let mut heard = tokio::time::Instant::now();
@@ -263,17 +321,15 @@ pub async fn run(
                         url: t.url.clone(),
                     });
                 }
-                // Quiet for a while (a restarted server, a lost consumer): read on from
-                // the message after the last one taken with a new consumer.
                 debug!(last_seq, "no message for a while: reading on with a new consumer");
-                if let Ok(m) = read_from(&stream, &filter, last_seq + 1).await {
+                if let Ok(m) = read_from(link.stream, &filter, last_seq + 1).await {
                     messages = m;
                 }
                 continue;
             }
-            r = from_verifier.recv() => {
+            r = link.from_verifier.recv() => {
                 if let Some(r) = r {
-                    pass_on(&client, &s.drift(), r, &replies).await;
+                    pass_on(link.client, &s.drift(), r, link.replies).await;
                 }
                 continue;
             }
@@ -306,8 +362,8 @@ pub async fn run(
                 // The verifier may still be behind and find a drift: its request goes
                 // to the host as before (which answers, or is gone) until the session
                 // drops the reader.
-                while let Some(r) = from_verifier.recv().await {
-                    pass_on(&client, &s.drift(), r, &replies).await;
+                while let Some(r) = link.from_verifier.recv().await {
+                    pass_on(link.client, &s.drift(), r, link.replies).await;
                 }
                 return Ended::End(end);
             }
