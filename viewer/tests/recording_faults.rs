@@ -29,6 +29,38 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
+/// The viewer's end object, last on stdout, after a recording failed: its message holds
+/// each of `says`, no file was finished, and `FILE.part` of `rec` is left unfinished.
+/// Returns the part's start step and the steps the message counts.
+fn left_unfinished(text: &str, rec: &Path, says: &[String]) -> (u64, u64) {
+    let end = json(text.lines().last().unwrap());
+    let err = end["message"].as_str().unwrap();
+    for s in says {
+        assert!(err.contains(s.as_str()), "{s:?} in {err}");
+    }
+    assert_eq!(end["files"].as_array().unwrap().len(), 0, "{end}");
+    let left = &end["unfinished"][0];
+    assert_eq!(left["part"], journal_path(rec).to_str().unwrap(), "{end}");
+    (
+        left["start_step"].as_u64().unwrap(),
+        left["steps"].as_u64().unwrap(),
+    )
+}
+
+/// `ostm-viewer recover` of `rec`'s `FILE.part`: exit 0, and `rec` a replay that
+/// verifies. Returns recover's JSON line.
+fn recovered(rec: &Path) -> serde_json::Value {
+    let part = journal_path(rec);
+    let o = viewer(&["recover", part.to_str().unwrap(), "--json"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let r = Replay::read_file(rec).unwrap();
+    assert!(matches!(
+        r.verify(|_| {}),
+        ostm_protocol::Verdict::Match { .. }
+    ));
+    json(stdout(&o).lines().next().unwrap())
+}
+
 /// A viewer recording a fast host under a file-size limit of 32 KiB: the limit is reached
 /// within a second. SIGXFSZ does not kill it: the write fails with EFBIG, and the viewer
 /// says which `.part` it left, what that holds for sure and that `recover` is next (exit
@@ -69,39 +101,27 @@ fn a_file_size_limit_is_an_error_that_names_the_part_and_recover() {
         stderr(&out)
     );
     let part = journal_path(&rec);
-    let end = json(text.lines().last().unwrap());
-    let err = end["message"].as_str().unwrap();
-    assert!(
-        err.contains(&format!(
-            "cannot write the recording: {}: File too large",
-            part.display()
-        )) && err.contains("a file-size limit is reached")
-            && err.contains(&format!("ostm-viewer recover {}", part.display())),
-        "{err}"
+    let (from, sure) = left_unfinished(
+        &text,
+        &rec,
+        &[
+            format!(
+                "cannot write the recording: {}: File too large",
+                part.display()
+            ),
+            "a file-size limit is reached".into(),
+            format!("ostm-viewer recover {}", part.display()),
+        ],
     );
-    let left = &end["unfinished"][0];
-    assert_eq!(left["part"], part.to_str().unwrap(), "{end}");
-    let (from, sure) = (
-        left["start_step"].as_u64().unwrap(),
-        left["steps"].as_u64().unwrap(),
-    );
-    assert_eq!(end["files"].as_array().unwrap().len(), 0, "{end}");
     assert_eq!(names(dir.path()), ["s.ostm.part"], "nothing else is left");
     // Without the limit, `recover` keeps at least the steps said to be there.
-    let o = viewer(&["recover", part.to_str().unwrap(), "--json"]);
-    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
-    let got = json(stdout(&o).lines().next().unwrap());
+    let got = recovered(&rec);
     assert_eq!(got["start_step"].as_u64().unwrap(), from);
     assert_eq!(
         got["steps"].as_u64().unwrap(),
         sure,
         "the message counts what the file holds: {got}"
     );
-    let r = Replay::read_file(&rec).unwrap();
-    assert!(matches!(
-        r.verify(|_| {}),
-        ostm_protocol::Verdict::Match { .. }
-    ));
 }
 
 /// Runs `script` (sh) in a user and mount namespace of its own, with a tmpfs of `size`
@@ -333,35 +353,23 @@ fn a_directory_made_read_only_while_recording_is_an_error_and_the_part_recovers(
     set(0o755).unwrap();
     let text = stdout(&out);
     assert_eq!(code(&out), 2, "{text}{}", stderr(&out));
-    let end = json(text.lines().last().unwrap());
     let part = journal_path(&rec);
-    let err = end["message"].as_str().unwrap();
-    assert!(
-        err.contains(&format!(
-            "cannot finish the recording: cannot write {}.tmp: Permission denied",
-            part.display()
-        )) && err.contains("(no permission to write there)")
-            && err.contains(&format!("`ostm-viewer recover {}`", part.display())),
-        "{err}"
+    let (_, sure) = left_unfinished(
+        &text,
+        &rec,
+        &[
+            format!(
+                "cannot finish the recording: cannot write {}.tmp: Permission denied",
+                part.display()
+            ),
+            "(no permission to write there)".into(),
+            format!("`ostm-viewer recover {}`", part.display()),
+        ],
     );
-    assert_eq!(end["files"].as_array().unwrap().len(), 0, "{end}");
-    let left = &end["unfinished"][0];
-    assert_eq!(left["part"], part.to_str().unwrap(), "{end}");
-    let sure = left["steps"].as_u64().unwrap();
-    assert!(
-        sure > 300,
-        "the steps recorded after the change are kept: {end}"
-    );
+    assert!(sure > 300, "the steps recorded after the change are kept");
     assert_eq!(names(&rec_dir), ["s.ostm.part"], "nothing else is left");
-    let o = viewer(&["recover", part.to_str().unwrap(), "--json"]);
-    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
-    let got = json(stdout(&o).lines().next().unwrap());
+    let got = recovered(&rec);
     assert!(got["steps"].as_u64().unwrap() >= sure, "{got}");
-    let r = Replay::read_file(&rec).unwrap();
-    assert!(matches!(
-        r.verify(|_| {}),
-        ostm_protocol::Verdict::Match { .. }
-    ));
 }
 
 /// The host's own `--record` under the same fault: its directory made read-only while it
@@ -416,8 +424,7 @@ fn a_hosts_recording_in_a_directory_made_read_only_is_an_error_and_recovers() {
         "{why}"
     );
     assert_eq!(names(&rec_dir), ["h.ostm.part"], "nothing else is left");
-    let o = viewer(&["recover", part.to_str().unwrap(), "--json"]);
-    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(recovered(&rec)["steps"], steps);
     let r = Replay::read_file(&rec).unwrap();
     assert_eq!(r.step_count() as u64, steps, "every step the host stepped");
     assert_eq!(r.hashes.as_deref(), Some(&default_rows(steps)[..]));
