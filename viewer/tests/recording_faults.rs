@@ -317,6 +317,20 @@ fn bound_by_permissions(bin: PathBuf) -> Command {
     cmd
 }
 
+/// A temporary directory and the directory `rec` in it, where a recording will go.
+fn recording_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let rec_dir = dir.path().join("rec");
+    std::fs::create_dir(&rec_dir).unwrap();
+    (dir, rec_dir)
+}
+
+/// Sets `dir`'s mode (0o555: read-only).
+fn set_mode(dir: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+}
+
 /// A directory made read-only while a viewer records into it: appending to the open
 /// `FILE.part` goes on, the finish cannot create `FILE.part.tmp`, and the viewer says so,
 /// keeps `FILE.part` with every step and names `recover` (exit 2), leaving nothing else.
@@ -324,11 +338,8 @@ fn bound_by_permissions(bin: PathBuf) -> Command {
 /// message counted.
 #[test]
 fn a_directory_made_read_only_while_recording_is_an_error_and_the_part_recovers() {
-    use std::os::unix::fs::PermissionsExt;
     let host = Host::start(&["--rate", "300", "--status-ms", "0"]);
-    let dir = tempfile::tempdir().unwrap();
-    let rec_dir = dir.path().join("rec");
-    std::fs::create_dir(&rec_dir).unwrap();
+    let (_dir, rec_dir) = recording_dir();
     let rec = rec_dir.join("s.ostm");
     let mut cmd = bound_by_permissions(viewer_bin());
     cmd.args([
@@ -340,7 +351,7 @@ fn a_directory_made_read_only_while_recording_is_an_error_and_the_part_recovers(
     ]);
     let mut v = ostm_testkit::Proc::spawn(&mut cmd);
     let first = json(&v.wait_line(|l| json(l)["event"] == "status"));
-    let set = |mode| std::fs::set_permissions(&rec_dir, std::fs::Permissions::from_mode(mode));
+    let set = |mode| set_mode(&rec_dir, mode);
     set(0o555).unwrap();
     // Still recording after the change: a status at least 300 steps later.
     let before = first["step"].as_u64().unwrap();
@@ -378,10 +389,7 @@ fn a_directory_made_read_only_while_recording_is_an_error_and_the_part_recovers(
 /// verifies.
 #[test]
 fn a_hosts_recording_in_a_directory_made_read_only_is_an_error_and_recovers() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let rec_dir = dir.path().join("rec");
-    std::fs::create_dir(&rec_dir).unwrap();
+    let (_dir, rec_dir) = recording_dir();
     let rec = rec_dir.join("h.ostm");
     let mut cmd = bound_by_permissions(host_bin());
     cmd.args([
@@ -396,7 +404,7 @@ fn a_hosts_recording_in_a_directory_made_read_only_is_an_error_and_recovers() {
     let mut host = ostm_testkit::Proc::spawn(&mut cmd);
     let step = |l: &str| json(l)["step"].as_u64().unwrap_or(0);
     let first = step(&host.wait_line(|l| step(l) > 0));
-    let set = |mode| std::fs::set_permissions(&rec_dir, std::fs::Permissions::from_mode(mode));
+    let set = |mode| set_mode(&rec_dir, mode);
     set(0o555).unwrap();
     host.wait_line(|l| step(l) > first + 200);
     host.signal("INT");
