@@ -4,6 +4,7 @@
 
 pub mod bundle;
 pub mod fields;
+pub mod ghost;
 pub mod replay;
 pub mod session;
 
