@@ -60,6 +60,14 @@ pub fn on_stop(sim: &mut Sim, i: usize) {
             },
         },
         Some(Stop::Failed(Failure::KeyframeOfAnotherWorld)) if foreign => None,
+        Some(Stop::Failed(Failure::Other(s)))
+            if v.stopped_by_full_disk
+                && [crate::viewer::WRITE, crate::viewer::FINISH]
+                    .iter()
+                    .any(|w| s.starts_with(&format!("{w}: "))) =>
+        {
+            None
+        }
         Some(Stop::Failed(f)) => Some(format!("viewer {i} failed though the host was honest: {f}")),
         Some(Stop::Asked) => Some(format!("viewer {i} stopped as asked, though nothing asked")),
         Some(Stop::HostEnded(_)) | Some(Stop::Interrupted) | None => None,
@@ -234,10 +242,12 @@ fn recordings_verify(sim: &mut Sim, i: usize) {
 fn verifying_again(sim: &mut Sim, i: usize) {
     let host_step = sim.host.world.step;
     let v = &sim.viewers[i];
-    if matches!(
-        v.core.stop(),
-        Some(Stop::Drift(_) | Stop::Failed(Failure::KeyframeOfAnotherWorld))
-    ) {
+    if v.stopped_by_full_disk
+        || matches!(
+            v.core.stop(),
+            Some(Stop::Drift(_) | Stop::Failed(Failure::KeyframeOfAnotherWorld))
+        )
+    {
         return;
     }
     let last = v.verified.last().map(|&(_, s)| s + 1);

@@ -104,6 +104,10 @@ pub enum Fault {
     /// A recording crashes with its tail torn; it is recovered and recording goes on in a
     /// new file.
     RecordingCrash,
+    /// The disk under a viewer's recording fills: the file takes a few bytes more (0 to
+    /// 2 KiB, a write cut part way), then every write fails. The viewer stops as the real
+    /// one does, its `FILE.part` kept, and what `recover` gives is checked.
+    DiskFull,
 }
 
 /// A NATS message as the stream stores it.
@@ -393,6 +397,9 @@ fn inject(sim: &mut Sim) {
                 Fault::ForeignKeyframe,
                 format!("at step {}", sim.host.world.step + 1),
             );
+        }
+        9 if sim.one_in(8) && viewer::fill_disk(sim, who) => {
+            sim.fault(Fault::DiskFull, format!("viewer {who}"));
         }
         9 if viewer::crash_recording(sim, who) => {
             sim.fault(Fault::RecordingCrash, format!("viewer {who}"));

@@ -2,7 +2,7 @@
 //! written with the real recorder.
 
 use crate::{check, snapshot, Sim, Stored, SILENCE_TICKS, SOCKET, TICK_MS};
-use ostm_protocol::format::recording::journal::{record_check, RECORD_OVERHEAD};
+use ostm_protocol::format::recording::journal::{record_check, DropKind, RECORD_OVERHEAD};
 use ostm_protocol::format::recording::{assemble, journal_path, numbered, Durability, Recorder};
 use ostm_protocol::session::{Event, Feed, Input, Limits, Plant, Restart, Transmit, Verifier};
 use ostm_protocol::session::{Goal, REPLACED};
@@ -11,7 +11,7 @@ use ostm_protocol::wire::{DriftReply, Record, RecordRef, SnapshotKind, ToViewer}
 use ostm_protocol::World;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How a viewer reaches the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +34,11 @@ pub struct Recording {
     life: u32,
     /// Files finished or recovered: (path, life).
     pub files: Vec<(PathBuf, u32)>,
+    /// The recorder's clock: one real instant plus the simulated time (the recorder reads
+    /// only the time between two instants, so the run stays the seed's).
+    clock0: Instant,
+    /// The disk under the recording filled (a [`crate::Fault::DiskFull`]).
+    disk_full: bool,
 }
 
 /// One viewer.
@@ -83,6 +88,8 @@ pub struct Viewer {
     pub verifying_again_at: Option<u64>,
     /// The records were stopped (waiting) when the host's end came.
     pub waiting_at_end: bool,
+    /// It stopped because its recording's disk filled, as the real viewer does.
+    pub stopped_by_full_disk: bool,
 }
 
 impl Viewer {
@@ -137,6 +144,8 @@ impl Viewer {
                 head_len: 0,
                 life: 0,
                 files: Vec::new(),
+                clock0: Instant::now(),
+                disk_full: false,
             }),
             life: 0,
             verified: Vec::new(),
@@ -145,6 +154,7 @@ impl Viewer {
             stop_checked: false,
             verifying_again_at: None,
             waiting_at_end: false,
+            stopped_by_full_disk: false,
         }
     }
 
@@ -194,6 +204,23 @@ pub fn tick(sim: &mut Sim, i: usize) {
     }
     drift_tick(sim, i);
     events(sim, i);
+    flush_recording(sim, i);
+}
+
+/// The recording is flushed as the real viewer flushes it: when its flush interval has
+/// passed on the simulated clock.
+fn flush_recording(sim: &mut Sim, i: usize) {
+    let now = sim.now;
+    let Some(rec) = sim.viewers[i].recording.as_mut() else {
+        return;
+    };
+    let at = rec.clock0 + Duration::from_millis(now * TICK_MS);
+    let Some(cur) = rec.current.as_mut() else {
+        return;
+    };
+    if let Err(e) = cur.flush_due(at) {
+        write_failed(sim, i, WRITE, e);
+    }
 }
 
 fn tcp_tick(sim: &mut Sim, i: usize) {
@@ -444,13 +471,84 @@ fn verified(sim: &mut Sim, i: usize, r: &Record, hash: u64) {
     }
     v.verified.push((life, r.step));
     v.hashes.insert((life, r.step), hash);
-    if let Some(rec) = v.recording.as_mut() {
-        if let Some(cur) = rec.current.as_mut() {
-            if cur.push(&r.input, hash).is_err() {
-                sim.violate(format!("viewer {i}: the recording refused a step"));
+    let pushed = v
+        .recording
+        .as_mut()
+        .and_then(|rec| rec.current.as_mut())
+        .map_or(Ok(()), |cur| cur.push(&r.input, hash));
+    if let Err(e) = pushed {
+        write_failed(sim, i, WRITE, e);
+    }
+}
+
+/// How the real viewer's message begins when a write to the recording fails, and when its
+/// finish does.
+pub const WRITE: &str = "cannot write the recording";
+pub const FINISH: &str = "cannot finish the recording";
+
+/// A write to the recording failed (`what`: [`WRITE`] or [`FINISH`]). Only a full disk
+/// may make it fail: the viewer stops as the real one does (`WHAT: …`, naming
+/// `FILE.part`, which is kept), and `recover`, once there is room again, must give exactly
+/// the steps the recorder counted as written (what the real viewer's message states), each
+/// verified.
+fn write_failed(sim: &mut Sim, i: usize, what: &str, e: std::io::Error) {
+    let Some(rec) = sim.viewers[i].recording.as_mut() else {
+        return;
+    };
+    let (full, life) = (rec.disk_full, rec.life);
+    let Some(cur) = rec.current.take() else {
+        return;
+    };
+    let (written, path) = (cur.flushed(), cur.path().to_path_buf());
+    drop(cur);
+    let journal = journal_path(&path);
+    if !full {
+        sim.violate(format!("viewer {i}: the recording refused a step: {e}"));
+        return;
+    }
+    sim.event(format!("viewer {i}: {what} ({written} steps written): {e}"));
+    let named = e.to_string().contains(&journal.display().to_string());
+    if e.kind() != std::io::ErrorKind::StorageFull || !named {
+        sim.violate(format!("viewer {i}: a full disk reported as {e:?}"));
+        return;
+    }
+    sim.viewers[i].stopped_by_full_disk = true;
+    sim.viewers[i].core.fail(format!("{what}: {e}"));
+    events(sim, i);
+    let verify = !sim.cfg.plant_recover_unverified;
+    match assemble(&journal, &path, verify) {
+        Ok(a) if a.steps == written && a.dropped.as_ref().is_none_or(|d| d.kind == DropKind::TornTail) => {
+            check::finish_is_durable(sim, &path.display().to_string());
+            let _ = std::fs::remove_file(&journal);
+            if let Some(rec) = sim.viewers[i].recording.as_mut() {
+                rec.files.push((path, life));
             }
         }
+        Ok(a) => sim.violate(format!(
+            "viewer {i}: the part a full disk left recovers {} steps ({:?}), {written} were written",
+            a.steps,
+            a.dropped.as_ref().map(|d| d.kind)
+        )),
+        Err(e) => sim.violate(format!(
+            "viewer {i}: recover refused the part a full disk left: {e}"
+        )),
     }
+}
+
+/// The disk under viewer `i`'s recording fills: the file takes a seeded number of bytes
+/// more (0 to 2 KiB), then every write fails. Returns whether there was a recording.
+pub fn fill_disk(sim: &mut Sim, i: usize) -> bool {
+    let room = sim.below(2048);
+    let stopped = sim.viewers[i].core.is_stopped();
+    let Some(rec) = sim.viewers[i].recording.as_mut() else {
+        return false;
+    };
+    let Some(cur) = rec.current.as_mut().filter(|_| !rec.disk_full && !stopped) else {
+        return false;
+    };
+    cur.fill_disk_after(room);
+    rec.disk_full = true;
+    true
 }
 
 /// The drift request's round trip.
@@ -533,6 +631,10 @@ fn short(s: &ostm_protocol::session::Stop) -> String {
 
 fn start_file(sim: &mut Sim, i: usize) {
     let v = &mut sim.viewers[i];
+    if v.stopped_by_full_disk {
+        // The viewer stopped at its full disk: no file after it.
+        return;
+    }
     let life = v.life;
     let world = v.core.world().clone();
     let Some(rec) = v.recording.as_mut() else {
@@ -554,6 +656,25 @@ fn finish_file(sim: &mut Sim, i: usize) {
     let Some(rec) = sim.viewers[i].recording.as_mut() else {
         return;
     };
+    if rec.disk_full {
+        // The buffered steps meet the full disk first, as the real finish's do; then the
+        // assembly (`FILE.part.tmp`) cannot be written either.
+        let at = rec.clock0 + Duration::from_millis(sim.now * TICK_MS);
+        let (what, e) = match rec.current.as_mut() {
+            None => return,
+            Some(cur) => match cur.flush(at) {
+                Err(e) => (WRITE, e),
+                Ok(()) => {
+                    let tmp = format!("{}.tmp", journal_path(cur.path()).display());
+                    let full = std::io::Error::from_raw_os_error(28);
+                    let e = std::io::Error::new(full.kind(), format!("cannot write {tmp}: {full}"));
+                    (FINISH, e)
+                }
+            },
+        };
+        write_failed(sim, i, what, e);
+        return;
+    }
     let Some(cur) = rec.current.take() else {
         return;
     };
@@ -577,7 +698,7 @@ pub fn crash_recording(sim: &mut Sim, i: usize) -> bool {
     let amount = 1 + sim.below(4096);
     let garbage_seed = sim.rng.next_u32();
     let verify = !sim.cfg.plant_recover_unverified;
-    let Some(rec) = sim.viewers[i].recording.as_mut() else {
+    let Some(rec) = sim.viewers[i].recording.as_mut().filter(|r| !r.disk_full) else {
         return false;
     };
     let Some(mut cur) = rec.current.take() else {

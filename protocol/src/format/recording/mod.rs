@@ -66,6 +66,8 @@ pub struct Recorder {
     /// Steps written since the last flush.
     unflushed: bool,
     last_flush: Option<Instant>,
+    /// A simulated disk ([`Recorder::fill_disk_after`]): the bytes the file may still take.
+    room: Option<u64>,
 }
 
 impl Recorder {
@@ -118,6 +120,7 @@ impl Recorder {
             durability,
             unflushed: false,
             last_flush: None,
+            room: None,
         };
         let started = (|| -> io::Result<()> {
             r.file.write_all(&head)?;
@@ -193,13 +196,39 @@ impl Recorder {
         Ok(())
     }
 
+    /// A simulated disk that fills (the seeded simulation of whole sessions): from now on
+    /// the file takes at most `bytes` more bytes; a write past them takes what fits and
+    /// then fails as on a full disk (ENOSPC), as the kernel's writes do. The real disk's
+    /// own limits apply as well.
+    pub fn fill_disk_after(&mut self, bytes: u64) {
+        self.room = Some(bytes);
+    }
+
+    /// One write to the file, within the simulated disk's room when there is one.
+    fn write_some(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let Some(room) = self.room else {
+            return self.file.write(bytes);
+        };
+        if room == 0 && !bytes.is_empty() {
+            // ENOSPC: what a full disk's write returns.
+            return Err(io::Error::from_raw_os_error(28));
+        }
+        let fits = bytes.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let n = self.file.write(&bytes[..fits])?;
+        self.room = Some(room - n as u64);
+        Ok(n)
+    }
+
     /// Writes the buffer out. On failure the bytes the file took leave the buffer and
     /// the whole records among them are counted as written, so [`Recorder::flushed`] is
     /// what the file holds, and a later write continues exactly where the file ends.
     fn write_out(&mut self) -> io::Result<()> {
         let mut done = 0;
         while done < self.buf.len() {
-            match self.file.write(&self.buf[done..]) {
+            let buf = std::mem::take(&mut self.buf);
+            let wrote = self.write_some(&buf[done..]);
+            self.buf = buf;
+            match wrote {
                 Ok(0) => {
                     return Err(self.write_failed(done, io::ErrorKind::WriteZero.into()));
                 }
@@ -429,8 +458,56 @@ fn existing_numbered(base: &Path, dir: &Path) -> Option<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_target, numbered};
+    use super::{check_target, journal_path, numbered, Recorder};
     use std::path::Path;
+
+    /// The simulated disk that fills: the file takes exactly the room it had, the write
+    /// past it fails with ENOSPC naming the part, `flushed` counts the whole records the
+    /// file holds, and `assemble` gives exactly those steps (the cut one a torn tail).
+    #[test]
+    fn a_simulated_full_disk_fails_like_a_real_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("f.ostm");
+        let setup = crate::Setup {
+            dims: crate::Dims::Two,
+            bodies: 4,
+            seed: 1,
+        };
+        let world = crate::World::new(setup, None);
+        let mut rec = Recorder::create(&out, &world, true).unwrap();
+        let part = journal_path(&out);
+        for i in 0..40u64 {
+            rec.push(&[], i).unwrap();
+        }
+        rec.flush(std::time::Instant::now()).unwrap();
+        let before = std::fs::metadata(&part).unwrap().len();
+        // Records without input take 14 bytes: room for 5 and a part of the 6th.
+        rec.fill_disk_after(5 * 14 + 9);
+        for i in 40..60u64 {
+            rec.push(&[], i).unwrap();
+        }
+        let e = rec.flush(std::time::Instant::now()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::StorageFull, "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: No space left on device", part.display()))
+                && e.to_string().ends_with("(the disk is full)"),
+            "{e}"
+        );
+        assert_eq!(rec.flushed(), 45);
+        assert_eq!(std::fs::metadata(&part).unwrap().len(), before + 5 * 14 + 9);
+        // Still full: nothing more is taken.
+        assert!(rec.flush(std::time::Instant::now()).is_err());
+        assert_eq!(rec.flushed(), 45);
+        drop(rec);
+        // Not verified: the rows here are not the world's.
+        let got = super::assemble(&part, &out, false).unwrap();
+        assert_eq!(got.steps, 45);
+        assert_eq!(
+            got.dropped.map(|d| d.kind),
+            Some(super::journal::DropKind::TornTail)
+        );
+    }
 
     #[test]
     fn numbered_files_keep_the_extension() {
