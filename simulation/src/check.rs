@@ -12,6 +12,11 @@ use ostm_protocol::format::recording::journal::{finish_order, Finish};
 use ostm_protocol::session::{Failure, Stages, Stop};
 use std::collections::BTreeSet;
 
+/// How the real viewer's message begins when a write to the recording fails (a full
+/// disk), and when its finish does: the only failures a full disk may explain.
+pub const WRITE: &str = "cannot write the recording";
+pub const FINISH: &str = "cannot finish the recording";
+
 /// A record verified by viewer `i` for `step` of the host's life `life`, with `hash`.
 pub fn on_verified(sim: &mut Sim, i: usize, life: u32, step: u64, hash: u64) {
     match sim.hashes.get(&(life, step)) {
@@ -62,7 +67,7 @@ pub fn on_stop(sim: &mut Sim, i: usize) {
         Some(Stop::Failed(Failure::KeyframeOfAnotherWorld)) if foreign => None,
         Some(Stop::Failed(Failure::Other(s)))
             if v.stopped_by_full_disk
-                && [crate::viewer::WRITE, crate::viewer::FINISH]
+                && [WRITE, FINISH]
                     .iter()
                     .any(|w| s.starts_with(&format!("{w}: "))) =>
         {

@@ -1,7 +1,8 @@
 //! A viewer: the real verifier and NATS feed, fed by a modelled reader, and its recording
 //! written with the real recorder.
 
-use crate::{check, snapshot, Sim, Stored, SILENCE_TICKS, SOCKET, TICK_MS};
+use crate::check::{self, FINISH, WRITE};
+use crate::{snapshot, Sim, Stored, SILENCE_TICKS, SOCKET, TICK_MS};
 use ostm_protocol::format::recording::journal::{record_check, DropKind, RECORD_OVERHEAD};
 use ostm_protocol::format::recording::{assemble, journal_path, numbered, Durability, Recorder};
 use ostm_protocol::session::{Event, Feed, Input, Limits, Plant, Restart, Transmit, Verifier};
@@ -481,12 +482,7 @@ fn verified(sim: &mut Sim, i: usize, r: &Record, hash: u64) {
     }
 }
 
-/// How the real viewer's message begins when a write to the recording fails, and when its
-/// finish does.
-pub const WRITE: &str = "cannot write the recording";
-pub const FINISH: &str = "cannot finish the recording";
-
-/// A write to the recording failed (`what`: [`WRITE`] or [`FINISH`]). Only a full disk
+/// A write to the recording failed (`what`: [`check::WRITE`] or [`check::FINISH`]). Only a full disk
 /// may make it fail: the viewer stops as the real one does (`WHAT: …`, naming
 /// `FILE.part`, which is kept), and `recover`, once there is room again, must give exactly
 /// the steps the recorder counted as written (what the real viewer's message states), each

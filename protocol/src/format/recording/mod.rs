@@ -503,10 +503,7 @@ mod tests {
         // Not verified: the rows here are not the world's.
         let got = super::assemble(&part, &out, false).unwrap();
         assert_eq!(got.steps, 45);
-        assert_eq!(
-            got.dropped.map(|d| d.kind),
-            Some(super::journal::DropKind::TornTail)
-        );
+        assert_eq!(got.dropped.map(|d| d.kind.name()), Some("torn_tail"));
     }
 
     #[test]
