@@ -514,11 +514,7 @@ fn write_failed(sim: &mut Sim, i: usize, what: &str, e: std::io::Error) {
     let verify = !sim.cfg.plant_recover_unverified;
     match assemble(&journal, &path, verify) {
         Ok(a) if a.steps == written && a.dropped.as_ref().is_none_or(|d| d.kind == DropKind::TornTail) => {
-            check::finish_is_durable(sim, &path.display().to_string());
-            let _ = std::fs::remove_file(&journal);
-            if let Some(rec) = sim.viewers[i].recording.as_mut() {
-                rec.files.push((path, life));
-            }
+            recovered(sim, i, path, &journal, life)
         }
         Ok(a) => sim.violate(format!(
             "viewer {i}: the part a full disk left recovers {} steps ({:?}), {written} were written",
@@ -531,6 +527,16 @@ fn write_failed(sim: &mut Sim, i: usize, what: &str, e: std::io::Error) {
     }
 }
 
+/// `recover` made `path` of the host's life `life` from `journal`: the part goes, the file
+/// joins the recording's files (checked at the end), and its finish must be durable.
+fn recovered(sim: &mut Sim, i: usize, path: PathBuf, journal: &Path, life: u32) {
+    check::finish_is_durable(sim, &path.display().to_string());
+    let _ = std::fs::remove_file(journal);
+    if let Some(rec) = sim.viewers[i].recording.as_mut() {
+        rec.files.push((path, life));
+    }
+}
+
 /// The disk under viewer `i`'s recording fills: the file takes a seeded number of bytes
 /// more (0 to 2 KiB), then every write fails. Returns whether there was a recording.
 pub fn fill_disk(sim: &mut Sim, i: usize) -> bool {
@@ -539,7 +545,10 @@ pub fn fill_disk(sim: &mut Sim, i: usize) -> bool {
     let Some(rec) = sim.viewers[i].recording.as_mut() else {
         return false;
     };
-    let Some(cur) = rec.current.as_mut().filter(|_| !rec.disk_full && !stopped) else {
+    if rec.disk_full || stopped {
+        return false;
+    }
+    let Some(cur) = rec.current.as_mut() else {
         return false;
     };
     cur.fill_disk_after(room);
@@ -731,13 +740,7 @@ pub fn crash_recording(sim: &mut Sim, i: usize) -> bool {
         return true;
     }
     match assemble(&journal, &path, verify) {
-        Ok(_) => {
-            check::finish_is_durable(sim, &path.display().to_string());
-            let _ = std::fs::remove_file(&journal);
-            if let Some(rec) = sim.viewers[i].recording.as_mut() {
-                rec.files.push((path, life));
-            }
-        }
+        Ok(_) => recovered(sim, i, path, &journal, life),
         Err(e) => sim.violate(format!(
             "viewer {i}: recover refused a recording torn only in its last {} bytes: {e}",
             len - from

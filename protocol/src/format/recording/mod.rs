@@ -204,31 +204,13 @@ impl Recorder {
         self.room = Some(bytes);
     }
 
-    /// One write to the file, within the simulated disk's room when there is one.
-    fn write_some(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let Some(room) = self.room else {
-            return self.file.write(bytes);
-        };
-        if room == 0 && !bytes.is_empty() {
-            // ENOSPC: what a full disk's write returns.
-            return Err(io::Error::from_raw_os_error(28));
-        }
-        let fits = bytes.len().min(usize::try_from(room).unwrap_or(usize::MAX));
-        let n = self.file.write(&bytes[..fits])?;
-        self.room = Some(room - n as u64);
-        Ok(n)
-    }
-
     /// Writes the buffer out. On failure the bytes the file took leave the buffer and
     /// the whole records among them are counted as written, so [`Recorder::flushed`] is
     /// what the file holds, and a later write continues exactly where the file ends.
     fn write_out(&mut self) -> io::Result<()> {
         let mut done = 0;
         while done < self.buf.len() {
-            let buf = std::mem::take(&mut self.buf);
-            let wrote = self.write_some(&buf[done..]);
-            self.buf = buf;
-            match wrote {
+            match write_within(&mut self.file, &mut self.room, &self.buf[done..]) {
                 Ok(0) => {
                     return Err(self.write_failed(done, io::ErrorKind::WriteZero.into()));
                 }
@@ -324,6 +306,22 @@ impl Recorder {
             format!("{}: {e}{}", self.journal.display(), why_io(&e)),
         )
     }
+}
+
+/// One write to `file`, within the simulated disk's `room` when there is one
+/// ([`Recorder::fill_disk_after`]).
+fn write_within(file: &mut File, room: &mut Option<u64>, bytes: &[u8]) -> io::Result<usize> {
+    let Some(left) = *room else {
+        return file.write(bytes);
+    };
+    if left == 0 && !bytes.is_empty() {
+        // ENOSPC: what a full disk's write returns.
+        return Err(io::Error::from_raw_os_error(28));
+    }
+    let fits = bytes.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+    let n = file.write(&bytes[..fits])?;
+    *room = Some(left - n as u64);
+    Ok(n)
 }
 
 /// The flags word of a recording: hash rows, and a start snapshot and link as the world has.
