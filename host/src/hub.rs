@@ -94,6 +94,8 @@ pub struct Hub {
     records: RwLock<Records>,
     /// The host's step, readable without a lock.
     step: AtomicU64,
+    /// The world's step when the hub was made (the host's first step is numbered so).
+    start_step: u64,
     /// Records published so far (the ring's head), readable without a lock.
     head: AtomicU64,
     /// The fan-out tasks that have had connections (the first always counts).
@@ -148,6 +150,7 @@ impl Hub {
                 buf: VecDeque::new(),
             }),
             step: AtomicU64::new(step),
+            start_step: step,
             head: AtomicU64::new(0),
             busy: AtomicUsize::new(1),
             ended: OnceLock::new(),
@@ -165,6 +168,11 @@ impl Hub {
     /// The host's step now.
     pub fn step(&self) -> u64 {
         self.step.load(Ordering::Acquire)
+    }
+
+    /// The world's step when the hub was made: [`Hub::step`] minus it is the steps taken.
+    pub fn start_step(&self) -> u64 {
+        self.start_step
     }
 
     /// The number of records published so far.

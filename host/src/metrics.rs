@@ -19,8 +19,6 @@ pub struct HostMetrics {
     pub hub: Arc<Hub>,
     pub waiting: Arc<Pending>,
     pub nats: Option<Arc<crate::publish::Counters>>,
-    /// The step the host started at.
-    pub start_step: u64,
     /// `--rate` (0 for `max`).
     pub target_rate: u32,
     /// Steps taken in the last whole second (`f64` bits), kept by [`HostMetrics::meter`].
@@ -74,18 +72,19 @@ impl Collector for HostMetrics {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let c = &self.hub.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        // One reading of the step for both: their difference is exactly the start step.
         let step = self.hub.step();
         gauge(
             &mut e,
             "ostm_host_step",
-            "The last step the host has taken",
+            "The step of the host's world: the steps it has run from step 0 (the last step taken is numbered one less)",
             step,
         )?;
         counter(
             &mut e,
             "ostm_host_steps",
-            "Steps taken since the host started",
-            step.saturating_sub(self.start_step),
+            "Steps taken since the host started: ostm_host_step minus the step it started at",
+            step.saturating_sub(self.hub.start_step()),
         )?;
         gauge(
             &mut e,
@@ -213,5 +212,36 @@ impl Collector for HostMetrics {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HostMetrics;
+    use crate::hub::tests::{run, world};
+    use crate::hub::{Hub, Limits};
+    use crate::pending::Pending;
+    use std::sync::Arc;
+
+    /// The steps taken count from the world the hub was made with, not from the step it
+    /// had reached when the metrics were set up (the stepping starts first).
+    #[test]
+    fn the_steps_taken_count_from_the_start_step() {
+        let hub = Arc::new(Hub::new(world(), Limits { queue: 4, ring: 8 }));
+        let mut w = world();
+        run(&hub, &mut w, 1);
+        let metrics = Arc::new(HostMetrics {
+            hub: hub.clone(),
+            waiting: Pending::new(1, 1),
+            nats: None,
+            target_rate: 60,
+            rate: Default::default(),
+        });
+        run(&hub, &mut w, 2);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry(Vec::new()))
+            .unwrap();
+        assert!(text.contains("\nostm_host_step 3\n"), "{text}");
+        assert!(text.contains("\nostm_host_steps_total 3\n"), "{text}");
     }
 }

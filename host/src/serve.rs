@@ -627,7 +627,6 @@ fn serve_metrics(
         hub: hub.clone(),
         waiting: waiting.clone(),
         nats,
-        start_step: hub.step(),
         target_rate: rate.unwrap_or(0),
         rate: Default::default(),
     });

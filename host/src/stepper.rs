@@ -193,7 +193,7 @@ pub fn run(
     if let Some(f) = feed {
         f.end(result.clone());
     }
-    out.close(result)
+    out.close(&hub, result)
 }
 
 /// What the stepping loop writes besides the hub: the host's recording and the
@@ -253,9 +253,10 @@ impl Outputs {
         }
     }
 
-    /// Flushes the stamps and finishes the recording; a recording that cannot be
-    /// finished turns `result` into [`Stopped::CannotFinish`].
-    fn close(self, result: End) -> End {
+    /// Flushes the stamps and finishes the recording, whose steps then all count as
+    /// recorded (`hub`'s counter, read by the last status line and the metrics); a
+    /// recording that cannot be finished turns `result` into [`Stopped::CannotFinish`].
+    fn close(self, hub: &Hub, result: End) -> End {
         if let Some(mut out) = self.stamps {
             use std::io::Write;
             let _ = out.flush();
@@ -267,6 +268,9 @@ impl Outputs {
         let (part, steps) = (r.journal().to_path_buf(), r.steps());
         match r.finish() {
             Ok(n) => {
+                hub.counters
+                    .recorded
+                    .store(u64::from(n), std::sync::atomic::Ordering::Relaxed);
                 info!(steps = n, path = %path.display(), "host recording written");
                 result
             }

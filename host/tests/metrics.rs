@@ -170,3 +170,80 @@ fn a_stalled_scraper_costs_the_stepping_nothing() {
     }
     assert!(value(&scrape(&addr), "ostm_host_step").unwrap() > at as f64);
 }
+
+/// `ostm_host_step` is the step of the host's world and `ostm_host_steps_total` the steps
+/// taken since the start (docs/metrics.md): for a host that starts at step 0 they are
+/// equal at every scrape, whatever moment the scrape falls on.
+#[test]
+fn the_step_and_the_steps_taken_agree_at_every_scrape() {
+    for rate in ["60", "max"] {
+        let (_host, addr) = host(&["--rate", rate, "--status-ms", "0"]);
+        let mut last = -1.0;
+        for _ in 0..4 {
+            // A scrape with the step past the last one's.
+            let deadline = Instant::now() + LIMIT;
+            let body = loop {
+                let body = scrape(&addr);
+                if value(&body, "ostm_host_step").unwrap() > last {
+                    break body;
+                }
+                assert!(Instant::now() < deadline, "the step never moved");
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            let step = value(&body, "ostm_host_step").unwrap();
+            let taken = value(&body, "ostm_host_steps_total").unwrap();
+            assert_eq!(
+                step, taken,
+                "--rate {rate}: the step is not the steps taken from step 0: {body}"
+            );
+            assert!(
+                body.contains("# HELP ostm_host_step The step of the host's world"),
+                "{body}"
+            );
+            last = step;
+        }
+    }
+}
+
+/// The last `end:` line's `recorded` is every step the finished file holds, not the
+/// count of the last flush while it ran.
+#[test]
+fn the_end_line_counts_every_step_of_the_finished_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("h.ostm");
+    for (steps, rate, json) in [("2000", "max", true), ("1200", "600", false)] {
+        let out = ostm_testkit::run(
+            Command::new(env!("CARGO_BIN_EXE_ostm-host"))
+                .args(["serve", "--listen", "127.0.0.1:0", "--status-ms", "0"])
+                .args(["--rate", rate, "--steps", steps, "--force", "--record"])
+                .arg(&file)
+                .args(if json { &["--json"][..] } else { &[][..] }),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert_eq!(out.status.code(), Some(0), "{stdout}");
+        let end = stdout.lines().last().unwrap_or_default();
+        let recorded: u64 = if json {
+            let v: serde_json::Value = serde_json::from_str(end).unwrap();
+            assert_eq!(v["event"], "end", "{end}");
+            v["recorded"].as_u64().unwrap()
+        } else {
+            assert!(end.starts_with("end: finished"), "{end}");
+            let (_, rest) = end
+                .split_once(" recorded ")
+                .expect("recorded on the end line");
+            rest.split(' ').next().unwrap().parse().unwrap()
+        };
+        let inspect = ostm_testkit::run(
+            Command::new(ostm_testkit::bin("ostm-viewer"))
+                .args(["inspect", "--json"])
+                .arg(&file),
+        );
+        let v: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+        assert_eq!(
+            v["step_count"].as_u64(),
+            Some(steps.parse().unwrap()),
+            "{v}"
+        );
+        assert_eq!(recorded, v["step_count"].as_u64().unwrap(), "{end}");
+    }
+}
