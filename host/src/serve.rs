@@ -7,7 +7,7 @@ use crate::fan_out::FanOut;
 use crate::hub::{Hub, Limits};
 use crate::pending::Pending;
 use crate::source::{Source, DEFAULT_SETUP};
-use crate::stepper::{self, Plan, Stopped};
+use crate::stepper::{self, DriftAt, Plan, Stopped};
 use ostm_protocol::format::recording::check_target;
 use ostm_protocol::sim::world::MAX_BODIES;
 use ostm_protocol::wire::{End, PeerRole, Welcome, HEARTBEAT_MS, SILENCE_TIMEOUT_MS, VERSION};
@@ -77,6 +77,8 @@ pub const DEFAULT_STALL_MS: u64 = 10_000;
   ostm-host serve --listen 0.0.0.0:7878 --token-file /etc/ostm/token --allow-plaintext
   # Prometheus metrics on http://127.0.0.1:9464/metrics (docs/metrics.md)
   ostm-host serve --metrics 9464
+  # Fire a drift on purpose at step 600 (to test alerts: docs/metrics.md)
+  ostm-host serve --metrics 9464 --drift-at 600
   # Viewers join at any step: ostm-viewer attach ADDR, ostm-viewer check ADDR --steps N
 
 The first line on stdout is `ostm-host listening on ADDR` (the bound address, so port 0
@@ -172,9 +174,13 @@ pub struct Args {
     /// Print the address, status and end lines as JSON objects, one per line.
     #[arg(long)]
     pub json: bool,
-    /// Test only: at step STEP, add 1 to body BODY's velocity.y with no record saying so.
-    #[arg(long, hide = true, value_parser = parse_perturb)]
-    pub perturb: Option<(u64, u8)>,
+    /// Cause a drift on purpose, to test alerts and viewers: right after the step that
+    /// brings the world to STEP, add 1 to body BODY's velocity.y with no record saying so
+    /// (without BODY, or when BODY is not alive then, the first live body from BODY on);
+    /// a warning in the log names the step and the body. Every viewer reports a drift at
+    /// STEP (docs/metrics.md, "Testing the alerts").
+    #[arg(long, value_name = "STEP[:BODY]", value_parser = parse_drift_at, alias = "perturb", help_heading = "Testing")]
+    pub drift_at: Option<DriftAt>,
     /// Benchmark only: write `step unix-nanoseconds` lines for every --stamp-every'th step
     /// to FILE.
     #[arg(long, hide = true)]
@@ -226,17 +232,23 @@ fn parse_rate(s: &str) -> Result<Rate, String> {
     }
 }
 
-fn parse_perturb(s: &str) -> Result<(u64, u8), String> {
-    let (a, b) = s
-        .split_once(':')
-        .ok_or_else(|| format!("expected STEP:BODY, found `{s}`"))?;
+/// `STEP[:BODY]` of `--drift-at`.
+fn parse_drift_at(s: &str) -> Result<DriftAt, String> {
+    let (a, b) = match s.split_once(':') {
+        Some((a, b)) => (a, Some(b)),
+        None => (s, None),
+    };
     let step = a
         .parse()
-        .map_err(|_| format!("expected a step number, found `{a}`"))?;
+        .map_err(|_| format!("expected STEP[:BODY] with STEP a step number, found `{s}`"))?;
     let body = b
-        .parse()
-        .map_err(|_| format!("expected a body index 0..=255, found `{b}`"))?;
-    Ok((step, body))
+        .map(|b| {
+            b.parse().map_err(|_| {
+                format!("expected STEP[:BODY] with BODY a body index 0..=255, found `{s}`")
+            })
+        })
+        .transpose()?;
+    Ok(DriftAt { step, body })
 }
 
 /// Publishing to NATS JetStream (docs/fan-out.md).
@@ -574,7 +586,7 @@ fn plan(args: &Args, rate: Option<u32>) -> Plan {
     Plan {
         rate,
         steps: args.steps,
-        perturb: args.perturb,
+        drift_at: args.drift_at,
         record: args.recording.record.clone(),
         durability: args.recording.durability(),
         wait_for_viewers: args.wait_for_viewers,

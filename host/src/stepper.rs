@@ -23,9 +23,8 @@ pub struct Plan {
     pub rate: Option<u32>,
     /// Stop after this many steps.
     pub steps: Option<u64>,
-    /// Test only: after the step that brings the world to `.0`, add 1 to body `.1`'s
-    /// velocity.y before hashing, with no record saying so.
-    pub perturb: Option<(u64, u8)>,
+    /// A drift caused on purpose (`--drift-at`).
+    pub drift_at: Option<DriftAt>,
     /// Record the host's own session here.
     pub record: Option<PathBuf>,
     /// How that recording reaches the disk.
@@ -37,6 +36,16 @@ pub struct Plan {
     pub stamps: Option<PathBuf>,
     /// Steps between two timestamps written for `stamps` (at least 1).
     pub stamp_every: u64,
+}
+
+/// A drift caused on purpose (`--drift-at STEP[:BODY]`): after the step that brings the
+/// world to `step`, 1 is added to a live body's velocity.y before hashing, with no record
+/// saying so: `body` when it is alive then, else the first live body after it (from 0
+/// without `body`, wrapping around).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriftAt {
+    pub step: u64,
+    pub body: Option<u8>,
 }
 
 /// Longest single sleep, so a stop request is seen quickly even at a slow rate.
@@ -386,8 +395,8 @@ fn step_one(
         f.before_step(world);
     }
     world.step(&input.ops);
-    if let Some((at, body)) = plan.perturb {
-        perturb(world, at, body);
+    if let Some(d) = plan.drift_at {
+        drift_at(world, d);
     }
     let hash = world.hash();
     if let Some(expected) = input.expected_hash {
@@ -415,18 +424,37 @@ fn step_one(
     flush_due(hub, &mut out.recorder).map_err(|why| why.end(step.wrapping_add(1)))
 }
 
-/// Test only: once the world reaches step `at`, adds 1 to body `body`'s velocity.y.
-fn perturb(world: &mut ostm_protocol::World, at: u64, body: u8) {
-    if world.step != at {
+/// `--drift-at`: once the world reaches `d.step`, adds 1 to a live body's velocity.y
+/// ([`DriftAt`]) and says which in a warning.
+fn drift_at(world: &mut ostm_protocol::World, d: DriftAt) {
+    if world.step != d.step {
         return;
     }
-    match world.bodies.get_mut(body as usize).filter(|b| b.alive) {
-        Some(b) => {
-            b.vel[1] = b.vel[1].wrapping_add(1);
-            warn!(step = at, body, "perturbed the host's world (test only)");
-        }
-        None => warn!(step = at, body, "not perturbed: no live body there"),
-    }
+    let n = world.bodies.len();
+    // A body past the last slot starts the search at 0.
+    let asked = d.body.map_or(0, usize::from).min(n);
+    let Some(body) = (0..n)
+        .map(|i| (asked + i) % n.max(1))
+        .find(|&i| world.bodies[i].alive)
+    else {
+        warn!(
+            step = d.step,
+            "drift-at: no live body at step {}: nothing perturbed, no drift", d.step
+        );
+        return;
+    };
+    world.bodies[body].vel[1] = world.bodies[body].vel[1].wrapping_add(1);
+    let instead = match d.body {
+        Some(b) if usize::from(b) != body => format!(" (body {b} is not alive then)"),
+        _ => String::new(),
+    };
+    warn!(
+        step = d.step,
+        body,
+        "drift-at: perturbed body {body}'s velocity.y at step {}{instead}; viewers report a drift at step {}",
+        d.step,
+        d.step
+    );
 }
 
 #[cfg(test)]
@@ -435,6 +463,36 @@ mod tests {
     use crate::hub::Limits;
     use ostm_protocol::wire::DriftStatus;
     use ostm_protocol::{Dims, Setup, World};
+
+    /// `--drift-at` changes one live body, once, at its step: the one asked for when it
+    /// is alive, else the next live one (from 0 without one, or past the last slot).
+    #[test]
+    fn drift_at_takes_a_live_body() {
+        let setup = Setup {
+            dims: Dims::Two,
+            bodies: 4,
+            seed: 3,
+        };
+        let at = |body: Option<u8>, dead: &[usize], step: u64| {
+            let mut w = World::new(setup, None);
+            for &d in dead {
+                w.bodies[d].alive = false;
+            }
+            let before = w.clone();
+            drift_at(&mut w, DriftAt { step, body });
+            (0..w.bodies.len())
+                .filter(|&i| w.bodies[i].vel != before.bodies[i].vel)
+                .map(|i| (i, w.bodies[i].vel[1] - before.bodies[i].vel[1]))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(at(Some(2), &[], 0), [(2, 1)]);
+        assert_eq!(at(Some(2), &[], 1), [], "not at another step");
+        assert_eq!(at(Some(2), &[2], 0), [(3, 1)]);
+        assert_eq!(at(Some(3), &[3], 0), [(0, 1)], "wrapping around");
+        assert_eq!(at(None, &[0, 1], 0), [(2, 1)]);
+        assert_eq!(at(Some(200), &[0], 0), [(1, 1)]);
+        assert_eq!(at(None, &[0, 1, 2, 3], 0), [], "no live body");
+    }
 
     /// The end texts viewers read, byte for byte as they were written by hand before
     /// [`Stopped`], with their reasons.

@@ -31,6 +31,29 @@ fn help_shows_examples_and_exits_0() {
     }
 }
 
+/// The way to cause a drift on purpose is in `serve --help`, in a `Testing` section; the
+/// older hidden spelling `--perturb` is not shown; a malformed value is bad input.
+#[test]
+fn drift_at_is_in_a_testing_section_of_the_help() {
+    let out = run(host().args(["serve", "--help"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let testing = text
+        .split_once("\nTesting:\n")
+        .unwrap_or_else(|| panic!("no Testing section: {text}"))
+        .1;
+    assert!(
+        testing.trim_start().starts_with("--drift-at <STEP[:BODY]>"),
+        "{testing}"
+    );
+    assert!(!text.contains("--perturb"), "{text}");
+    for bad in ["x", "600:", "600:300", ":5"] {
+        let out = run(host().args(["serve", "--drift-at", bad]));
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("expected STEP[:BODY]"), "{bad}: {err}");
+    }
+}
+
 #[test]
 fn an_unknown_option_is_bad_input() {
     let out = run(host().args(["serve", "--no-such-option"]));

@@ -2,7 +2,8 @@
 //! `ostm-host serve --metrics` and a real `ostm-viewer attach --metrics`, all on 127.0.0.1:
 //! its HTTP API gives back the host's step and the viewer's verified steps, both targets
 //! up, and the values are plausible: the viewer verified some steps, never more than the
-//! host had taken when it was scraped.
+//! host had taken when it was scraped. And docs/metrics.md's alert rules, loaded from the
+//! doc, fire on a drift caused with `ostm-host serve --drift-at`.
 
 mod live_support;
 mod metrics_support;
@@ -11,7 +12,7 @@ use live_support::*;
 use metrics_support::metrics_addr;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -33,13 +34,9 @@ fn encode(q: &str) -> String {
         .collect()
 }
 
-/// Prometheus's instant query `q` (at `time`, seconds since the epoch, else now): the
-/// first sample's value, or `None` while the result is empty.
-fn query(prom: &str, q: &str, time: Option<f64>) -> Option<f64> {
-    let mut path = format!("/api/v1/query?query={}", encode(q));
-    if let Some(t) = time {
-        path.push_str(&format!("&time={t:.3}"));
-    }
+/// `GET path` of Prometheus's HTTP API: the answer's JSON, or `None` while it does not
+/// answer (it is starting).
+fn api(prom: &str, path: &str) -> Option<serde_json::Value> {
     let mut s = TcpStream::connect(prom).ok()?;
     s.set_read_timeout(Some(LIMIT)).unwrap();
     s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {prom}\r\n\r\n").as_bytes())
@@ -49,7 +46,18 @@ fn query(prom: &str, q: &str, time: Option<f64>) -> Option<f64> {
     let all = String::from_utf8_lossy(&all);
     let (_, body) = all.split_once("\r\n\r\n")?;
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
-    assert_eq!(v["status"], "success", "{q}: {body}");
+    assert_eq!(v["status"], "success", "{path}: {body}");
+    Some(v)
+}
+
+/// Prometheus's instant query `q` (at `time`, seconds since the epoch, else now): the
+/// first sample's value, or `None` while the result is empty.
+fn query(prom: &str, q: &str, time: Option<f64>) -> Option<f64> {
+    let mut path = format!("/api/v1/query?query={}", encode(q));
+    if let Some(t) = time {
+        path.push_str(&format!("&time={t:.3}"));
+    }
+    let v = api(prom, &path)?;
     let data = &v["data"];
     let sample = if data["resultType"] == "scalar" {
         &data["result"]
@@ -71,6 +79,34 @@ fn query_until(prom: &str, q: &str, pred: impl Fn(f64) -> bool) -> f64 {
     }
 }
 
+/// A Prometheus on a free port of 127.0.0.1 with `config` (YAML) in a directory of its
+/// own; its address, and the process (stopped when dropped).
+fn start_prometheus(prometheus: &Path, dir: &Path, config: &str) -> (String, Proc) {
+    let file = dir.join("prometheus.yml");
+    std::fs::write(&file, config).unwrap();
+    let web = format!("127.0.0.1:{}", free_port());
+    let proc = Proc::spawn(
+        Command::new(prometheus)
+            .arg(format!("--config.file={}", file.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .current_dir(dir),
+    );
+    (web, proc)
+}
+
+/// The scrape configuration of a host and a viewer, every second.
+fn scrape_configs(host_metrics: &str, viewer_metrics: &str) -> String {
+    format!(
+        "scrape_configs:\n\
+         \x20 - job_name: ostm-host\n    static_configs:\n      - targets: [\"{host_metrics}\"]\n\
+         \x20 - job_name: ostm-viewer\n    static_configs:\n      - targets: [\"{viewer_metrics}\"]\n"
+    )
+}
+
 #[test]
 fn prometheus_scrapes_the_host_and_the_viewer() {
     let Some(prometheus) = prometheus_bin() else {
@@ -85,26 +121,13 @@ fn prometheus_scrapes_the_host_and_the_viewer() {
     let viewer_metrics = metrics_addr(&viewer.line().expect("the viewer's metrics line"));
 
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n\
-             \x20 - job_name: ostm-host\n    static_configs:\n      - targets: [\"{host_metrics}\"]\n\
-             \x20 - job_name: ostm-viewer\n    static_configs:\n      - targets: [\"{viewer_metrics}\"]\n"
+    let (web, _prom) = start_prometheus(
+        &prometheus,
+        dir.path(),
+        &format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n{}",
+            scrape_configs(&host_metrics, &viewer_metrics)
         ),
-    )
-    .unwrap();
-    let web = format!("127.0.0.1:{}", free_port());
-    let _prom = Proc::spawn(
-        Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={web}"))
-            .current_dir(dir.path()),
     );
 
     // Both targets up, and a sample of each with values.
@@ -140,4 +163,117 @@ fn prometheus_scrapes_the_host_and_the_viewer() {
     viewer.signal("INT");
     assert_eq!(code(&finish(viewer)), 0);
     host.interrupt();
+}
+
+/// docs/metrics.md's alert rules: the YAML block of its section "Example alert rules".
+fn documented_alert_rules() -> String {
+    let doc = std::fs::read_to_string(workspace().join("docs/metrics.md")).unwrap();
+    let section = doc
+        .split_once("## Example alert rules")
+        .expect("docs/metrics.md has its alert rules")
+        .1;
+    let block = section.split_once("```yaml\n").expect("a YAML block").1;
+    block
+        .split_once("```")
+        .expect("the block's end")
+        .0
+        .to_string()
+}
+
+/// The state of alert `name` (`pending`, `firing`), if Prometheus has it active.
+fn alert_state(prom: &str, name: &str) -> Option<String> {
+    let v = api(prom, "/api/v1/alerts")?;
+    v["data"]["alerts"]
+        .as_array()?
+        .iter()
+        .find(|a| a["labels"]["alertname"] == name)
+        .and_then(|a| a["state"].as_str())
+        .map(str::to_string)
+}
+
+/// What docs/metrics.md, "Testing the alerts", tells an operator to do: a host with
+/// `--drift-at` (held at step 0 until the viewer attaches, so Prometheus has scraped it
+/// before the drift), a `watch` viewer that keeps serving after it, and the doc's own
+/// rules: `OstmDriftRequested` (the host's side) and `OstmDrift` (the viewer's) fire, and
+/// the host's log names the step and the body it took.
+#[test]
+fn the_documented_drift_alerts_fire_after_drift_at() {
+    let Some(prometheus) = prometheus_bin() else {
+        eprintln!(
+            "skipped: prometheus is not installed (scripts/test installs it: apt-get install prometheus)"
+        );
+        return;
+    };
+    let mut host = Host::start(&[
+        "--rate",
+        "200",
+        "--metrics",
+        "127.0.0.1:0",
+        "--wait-for-viewers",
+        "1",
+        "--drift-at",
+        "400",
+    ]);
+    let host_metrics = metrics_addr(&host.line().expect("the host's metrics line"));
+    let viewer_metrics = format!("127.0.0.1:{}", free_port());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ostm-alerts.yml"), documented_alert_rules()).unwrap();
+    let (web, _prom) = start_prometheus(
+        &prometheus,
+        dir.path(),
+        &format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files: [ostm-alerts.yml]\n{}",
+            scrape_configs(&host_metrics, &viewer_metrics)
+        ),
+    );
+    // The rules are loaded (every one the doc gives), the host scraped before its drift.
+    let deadline = Instant::now() + LIMIT;
+    let rules = loop {
+        let n = api(&web, "/api/v1/rules").map_or(0, |v| {
+            v["data"]["groups"][0]["rules"]
+                .as_array()
+                .map_or(0, |r| r.len())
+        });
+        if n > 0 {
+            break n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never loaded the rules"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        rules,
+        documented_alert_rules().matches("- alert:").count(),
+        "every documented rule is loaded"
+    );
+    query_until(&web, "ostm_host_drift_requests_total", |v| v == 0.0);
+    assert_eq!(alert_state(&web, "OstmDriftRequested"), None);
+
+    let viewer = spawn_viewer(&["watch", &host.addr, "--metrics", &viewer_metrics]);
+    let deadline = Instant::now() + LIMIT;
+    for name in ["OstmDriftRequested", "OstmDrift"] {
+        while alert_state(&web, name).as_deref() != Some("firing") {
+            assert!(Instant::now() < deadline, "{name} never fired");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    viewer.signal("INT");
+    let out = finish(viewer);
+    assert!(
+        stdout(&out).contains("drift at step 400: body "),
+        "{}",
+        stdout(&out)
+    );
+    host.interrupt();
+    let (status, _, log) = host.wait();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("drift-at: perturbed body ")
+            && l.contains("at step 400")),
+        "{log}"
+    );
 }
