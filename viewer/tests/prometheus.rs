@@ -252,7 +252,11 @@ fn the_documented_drift_alerts_fire_after_drift_at() {
     query_until(&web, "ostm_host_drift_requests_total", |v| v == 0.0);
     assert_eq!(alert_state(&web, "OstmDriftRequested"), None);
 
-    let viewer = spawn_viewer(&["watch", &host.addr, "--metrics", &viewer_metrics]);
+    // In the test's directory: the drift bundle goes there.
+    let viewer = spawn_viewer_in(
+        dir.path(),
+        &["watch", &host.addr, "--metrics", &viewer_metrics],
+    );
     let deadline = Instant::now() + LIMIT;
     for name in ["OstmDriftRequested", "OstmDrift"] {
         while alert_state(&web, name).as_deref() != Some("firing") {
