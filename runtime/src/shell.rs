@@ -45,9 +45,10 @@ pub struct CompletionsArgs {
 impl CompletionsArgs {
     /// Prints the completion script of `cmd` (named `bin`) for the shell asked for; a
     /// reader that stops early (`| head`) is no failure.
-    pub fn run(&self, mut cmd: clap::Command, bin: &str) -> ExitCode {
+    pub fn run(&self, cmd: clap::Command, bin: &str) -> ExitCode {
         use std::io::Write;
         let mut script = Vec::new();
+        let mut cmd = for_completion(cmd, bin, self.shell);
         clap_complete::generate(self.shell, &mut cmd, bin, &mut script);
         let mut out = std::io::stdout().lock();
         match out.write_all(&script).and_then(|()| out.flush()) {
@@ -57,6 +58,70 @@ impl CompletionsArgs {
             }
             _ => ExitCode::SUCCESS,
         }
+    }
+}
+
+/// `cmd` as the completion scripts are made from: without the options hidden from
+/// `--help` (clap_complete offers every option, hidden or not), and, for bash, with each
+/// subcommand's bin name spelt the way clap_complete's bash script spells its state
+/// (clap issue 6421: the script's loop escapes the binary's name and each subcommand's
+/// name apart, `ostm__host__subcmd__serve`, while its branches escape the whole bin name
+/// `ostm-host serve` at once, `ostm__subcmd__host__subcmd__serve`, so with a `-` in the
+/// binary's name no branch ever matched and nothing after the first word completed).
+fn for_completion(cmd: clap::Command, bin: &str, shell: Shell) -> clap::Command {
+    let mut cmd = cmd;
+    cmd.set_bin_name(bin);
+    cmd.build(); // the `--help`, `--version` and `help` clap adds are offered too
+    let mut shown = without_hidden(&cmd);
+    shown.set_bin_name(bin);
+    shown.build();
+    if shell == Shell::Bash {
+        spell_bin_names(&mut shown, &bin.replace('-', "__"));
+    }
+    shown
+}
+
+/// A copy of the built `cmd` (names, help, options, subcommands) without its hidden
+/// options; the rules between options (requires, conflicts) are left out, as completion
+/// does not use them and some name a hidden option.
+fn without_hidden(cmd: &clap::Command) -> clap::Command {
+    use clap::builder::Resettable::Reset as NO_ID;
+    let mut out = clap::Command::new(cmd.get_name().to_string())
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .disable_help_subcommand(true)
+        .hide(cmd.is_hide_set())
+        .visible_aliases(cmd.get_visible_aliases().map(str::to_string));
+    if let Some(about) = cmd.get_about() {
+        out = out.about(about.clone());
+    }
+    if let Some(v) = cmd.get_version() {
+        out = out.version(v.to_string());
+    }
+    for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+        out = out.arg(
+            arg.clone()
+                .global(false)
+                .requires(NO_ID)
+                .conflicts_with(NO_ID)
+                .overrides_with(NO_ID)
+                .required_unless_present(NO_ID)
+                .required(false),
+        );
+    }
+    for sub in cmd.get_subcommands() {
+        out = out.subcommand(without_hidden(sub));
+    }
+    out
+}
+
+/// Gives every subcommand of `cmd` the bin name `LABEL SUB…` with the binary's name
+/// escaped as bash's script escapes it in its loop (see [`for_completion`]).
+fn spell_bin_names(cmd: &mut clap::Command, label: &str) {
+    for sub in cmd.get_subcommands_mut() {
+        let name = format!("{label} {}", sub.get_name());
+        sub.set_bin_name(name.clone());
+        spell_bin_names(sub, &name);
     }
 }
 

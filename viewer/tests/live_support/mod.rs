@@ -2,6 +2,8 @@
 //! address it prints first, run the real `ostm-viewer`, and bound every wait.
 #![allow(dead_code)]
 
+pub mod tmux;
+
 use ostm_protocol::sim::scenario::Scenario;
 use ostm_protocol::{Replay, Setup, World};
 pub use ostm_testkit::{signal, Proc, LIMIT};
