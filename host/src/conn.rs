@@ -16,6 +16,7 @@ use ostm_protocol::wire::{
 use ostm_protocol::FormatError;
 use ostm_runtime::{HostFrameCodec, WireError};
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout, Instant};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
 /// What every connection is configured with.
@@ -43,6 +45,10 @@ pub struct ConnConfig {
     pub heartbeat: Duration,
     /// The welcome every viewer gets.
     pub welcome: Welcome,
+    /// Cancelled once the stream has ended and the connections' time to deliver what they
+    /// owe has passed: a connection still writing records or its end then stops writing
+    /// (one that has sent its end lingers on, see [`LINGER`]).
+    pub delivery_over: CancellationToken,
 }
 
 type Reader = FramedRead<Box<dyn AsyncRead + Unpin + Send>, HostFrameCodec>;
@@ -59,8 +65,14 @@ enum Control {
 /// 271 bytes with a 255-byte token), then 13-byte heartbeats and drift requests; the
 /// buffer grows if a frame needs more.
 const READ_BUFFER: usize = 320;
-/// How long a refused or ended viewer is given to close its side before the socket drops.
+/// How long a refused or ended viewer is given to close its side before the socket drops:
+/// once it has taken everything sent (an ended viewer: and for as long as it goes on
+/// taking it, [`LINGER_MAX`] at most).
 const LINGER: Duration = Duration::from_secs(2);
+/// The longest an ended viewer that is still taking what it was sent is waited for.
+pub const LINGER_MAX: Duration = Duration::from_secs(10);
+/// How often a lingering connection looks at what the viewer has taken.
+const LINGER_POLL: Duration = Duration::from_millis(50);
 
 /// Serves one connection until it ends. `waiting` is its place among the connections that
 /// have not sent their hello yet (given up once the hello is read); `slots` the viewer
@@ -77,6 +89,7 @@ pub async fn serve(
     let span = tracing::info_span!("viewer", %peer);
     async move {
         let _ = stream.set_nodelay(true);
+        let fd = stream.as_raw_fd();
         let evicted = waiting.evicted.clone();
         let name = peer.to_string();
         let before_hello = async {
@@ -142,7 +155,7 @@ pub async fn serve(
         hub.counters.viewers_total.fetch_add(1, Ordering::Relaxed);
         let (id, step) = (joined.id, joined.world.step);
         info!(id, step, "viewer {peer} attached at step {step}");
-        let left = stream_to(writer, reader, joined, peer, &hub, &fan_out, &cfg).await;
+        let left = stream_to(writer, reader, joined, (peer, fd), &hub, &fan_out, &cfg).await;
         hub.counters.viewers.fetch_sub(1, Ordering::Relaxed);
         left.log(peer, id, hub.step());
     }
@@ -199,6 +212,9 @@ enum Why {
     /// A write to the viewer made no progress for the stall timeout.
     #[error("dropped: stalled: no write progress for {} ms", .0.as_millis())]
     Stalled(Duration),
+    /// The stream ended and the viewer did not take what it was owed in the time given.
+    #[error("dropped: the stream ended and the viewer did not take its records and end in time")]
+    Undelivered,
     /// A write to the viewer failed otherwise.
     #[error("dropped: write failed: {0}")]
     WriteFailed(std::io::Error),
@@ -214,7 +230,7 @@ impl Why {
         match self {
             Why::Ended(end) => matches!(end.reason, EndReason::Silent | EndReason::ProtocolError),
             Why::Closed => false,
-            Why::Stalled(_) | Why::WriteFailed(_) | Why::WriterLost => true,
+            Why::Stalled(_) | Why::Undelivered | Why::WriteFailed(_) | Why::WriterLost => true,
         }
     }
 }
@@ -450,6 +466,28 @@ async fn send_frames(
     }
 }
 
+/// [`send_frames`] until the stream's time to deliver is over (`over` cancelled).
+async fn deliver(
+    writer: &mut Writer,
+    frames: &[EncodedFrame],
+    cfg: &ConnConfig,
+) -> Result<(), Why> {
+    tokio::select! {
+        sent = send_frames(writer, frames, cfg.stall) => sent,
+        () = cfg.delivery_over.cancelled() => Err(Why::Undelivered),
+    }
+}
+
+/// The bytes in the socket `fd` that the peer has not acknowledged yet (sent or not);
+/// `None` if the kernel does not say.
+fn unacknowledged(fd: RawFd) -> Option<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: `fd` is the connection's socket, open while its writer is (the caller holds
+    // it); TIOCOUTQ (SIOCOUTQ) only writes the count into `n`.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
+    (r == 0).then_some(u64::try_from(n).unwrap_or(0))
+}
+
 /// Why the viewer is gone after a write failed with `e`.
 fn failed(e: std::io::Error) -> Why {
     match e.kind() {
@@ -548,6 +586,8 @@ struct Attached<'a> {
     ctl: mpsc::Receiver<Control>,
     /// Plain TCP: the slot where the writer parks for the fan-out.
     direct: Option<Arc<Direct>>,
+    /// The socket (for what the viewer has taken while the connection lingers).
+    fd: RawFd,
     left: Left,
 }
 
@@ -560,7 +600,7 @@ async fn stream_to(
     mut writer: Writer,
     reader: Reader,
     joined: Joined,
-    peer: SocketAddr,
+    (peer, fd): (SocketAddr, RawFd),
     hub: &Arc<Hub>,
     fan_out: &FanOut,
     cfg: &ConnConfig,
@@ -608,6 +648,7 @@ async fn stream_to(
         heartbeat: Box::pin(tokio::time::sleep(cfg.heartbeat)),
         ctl,
         direct,
+        fd,
         left,
     };
     let mut turn = Turn::Look(None, Then::Take);
@@ -820,7 +861,7 @@ impl Attached<'_> {
 
     /// Writes the frame list within the stall timeout.
     async fn write(&mut self, writer: &mut Writer, w: Write) -> Turn {
-        if let Err(why) = send_frames(writer, &self.frames, self.cfg.stall).await {
+        if let Err(why) = deliver(writer, &self.frames, self.cfg).await {
             note_stall(self.hub, &why);
             return Turn::Gone(why);
         }
@@ -836,24 +877,62 @@ impl Attached<'_> {
         Turn::Look(w.woken, w.then)
     }
 
-    /// Sends the end, if any, and waits for the viewer to close its side.
+    /// Sends the end, if any, closes the sending side and lingers: waits for the viewer
+    /// to close its side, reading what it sends meanwhile (a socket closed with the
+    /// viewer's bytes unread, or that receives some once closed, is reset, and a reset
+    /// loses the viewer what it had still to read). It waits while the viewer goes on
+    /// taking what was sent, and [`LINGER`] once it has taken all of it (or has taken
+    /// none of it for that long), [`LINGER_MAX`] at most.
     async fn stop(&mut self, writer: &mut Writer, end: Option<End>) {
         let Some(end) = end else {
             return;
         };
         debug!(reason = end.reason.name(), "sending end");
-        let sent = send_frames(writer, &encode(&ToViewer::End(end.clone())), self.cfg.stall).await;
-        if sent.is_ok() && writer.shutdown().await.is_ok() {
-            // Wait for the viewer to close its side (the reader then finishes).
-            let _ = timeout(LINGER, async { while self.ctl.recv().await.is_some() {} }).await;
+        let sent = deliver(writer, &encode(&ToViewer::End(end.clone())), self.cfg).await;
+        let closed = match sent {
+            Ok(()) => writer.shutdown().await.is_ok(),
+            Err(why) => {
+                note_stall(self.hub, &why);
+                self.left.why = why;
+                return;
+            }
+        };
+        if closed {
+            self.linger().await;
         }
         self.left.why = Why::Ended(end);
+    }
+
+    /// Waits for the viewer to close its side (the reader then finishes), as
+    /// [`Attached::stop`] says.
+    async fn linger(&mut self) {
+        let started = Instant::now();
+        let mut left = unacknowledged(self.fd).unwrap_or(0);
+        let mut taken_at = started;
+        let mut look = tokio::time::interval(LINGER_POLL);
+        loop {
+            tokio::select! {
+                c = self.ctl.recv() => if c.is_none() {
+                    return;
+                },
+                _ = look.tick() => {
+                    let now = unacknowledged(self.fd).unwrap_or(0);
+                    if now < left {
+                        taken_at = Instant::now();
+                    }
+                    left = now;
+                    if taken_at.elapsed() >= LINGER || started.elapsed() >= LINGER_MAX {
+                        return;
+                    }
+                }
+            }
+        }
     }
 }
 
 /// Counts a write that stalled.
 fn note_stall(hub: &Hub, why: &Why) {
-    if matches!(why, Why::Stalled(_)) {
+    if matches!(why, Why::Stalled(_) | Why::Undelivered) {
         hub.counters.stalled.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -578,6 +578,7 @@ fn conn_config(
             ring: args.ring,
             queue: args.viewer_queue,
         },
+        delivery_over: CancellationToken::new(),
     }
 }
 
@@ -730,13 +731,20 @@ impl Serving {
         {
             warn!("the fan-out did not finish");
         }
+        // The time to deliver, then the lingering of those that have sent their end.
         let wait = self.cfg.stall.min(SHUTDOWN_GRACE);
-        if tokio::time::timeout(wait, async { while conns.join_next().await.is_some() {} })
+        if tokio::time::timeout(wait, all_closed(&mut conns))
             .await
             .is_err()
         {
-            warn!(left = conns.len(), "connections still open at exit");
-            conns.abort_all();
+            self.cfg.delivery_over.cancel();
+            if tokio::time::timeout(conn::LINGER_MAX, all_closed(&mut conns))
+                .await
+                .is_err()
+            {
+                warn!(left = conns.len(), "connections still open at exit");
+                conns.abort_all();
+            }
         }
         if let Some(task) = publisher {
             if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
@@ -754,6 +762,11 @@ impl Serving {
         );
         Ok(end)
     }
+}
+
+/// Waits for every connection to finish.
+async fn all_closed(conns: &mut JoinSet<()>) {
+    while conns.join_next().await.is_some() {}
 }
 
 /// The kernel send buffer each viewer's socket asks for, in bytes (set on the listening
