@@ -246,6 +246,7 @@ fn create_host(a: &CreateHostArgs) -> Result<(), String> {
                 "key": key_path.display().to_string(),
                 "names": a.names,
                 "ca_cert": ca_cert_path.display().to_string(),
+                "ca_key": ca_key_path.display().to_string(),
                 "not_after": until,
             })
         );

@@ -98,6 +98,70 @@ fn verifies(cert: &Path, key: &Path, ca: &Path) {
     }
 }
 
+/// The keys of an object, sorted.
+fn keys(doc: &serde_json::Value) -> Vec<&str> {
+    let mut k: Vec<&str> = doc
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    k.sort_unstable();
+    k
+}
+
+#[test]
+fn both_cert_commands_json_names_every_file_as_docs_tls_md_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    // The CA's key kept apart from the directory (--ca-key), as docs/tls.md suggests.
+    let ca_key = dir.path().join("private").join("ca.key");
+    let (c, k) = (s(&certs), s(&ca_key));
+    let o = host_cmd(&[
+        "cert",
+        "create-ca",
+        "--certs-dir",
+        c,
+        "--ca-key",
+        k,
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let ca: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(keys(&ca), ["ca_cert", "ca_key", "event", "not_after"]);
+    let o = host_cmd(&[
+        "cert",
+        "create-host",
+        "localhost",
+        "--certs-dir",
+        c,
+        "--ca-key",
+        k,
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let host: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(
+        keys(&host),
+        [
+            "ca_cert",
+            "ca_key",
+            "cert",
+            "event",
+            "key",
+            "names",
+            "not_after"
+        ]
+    );
+    for doc in [&ca, &host] {
+        assert_eq!(doc["event"], "wrote");
+        assert_eq!(doc["ca_cert"], s(&certs.join("ca.pem")));
+        assert_eq!(doc["ca_key"], k);
+    }
+    assert_eq!(host["cert"], s(&certs.join("host.pem")));
+    assert_eq!(host["key"], s(&certs.join("host.key")));
+}
+
 #[test]
 fn the_cert_command_makes_a_ca_and_a_host_certificate_viewers_accept() {
     let dir = tempfile::tempdir().unwrap();
