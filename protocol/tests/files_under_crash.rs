@@ -783,12 +783,12 @@ fn a_crash_while_finishing_leaves_the_in_progress_file_or_the_whole_replay() {
     assert!(!tmp.exists() && !part.exists());
 }
 
-/// A failure bundle is written whole (`PATH.part`, synced, renamed). Every proper prefix
+/// A failure bundle is written whole (`PATH.PID.part`, synced, renamed). Every proper prefix
 /// of a bundle (a verify bundle, a live one with both snapshots) is refused naming it at
 /// an offset not past the cut, never a panic (its replay length must be the bytes that
 /// remain: docs/bundle-format.md). A write over an old bundle that fails part way (a full
-/// disk: `PATH.part` made a link to `/dev/full`) leaves the old one whole and no
-/// `PATH.part`; a partial `PATH.part` a killed writer left is refused when read by hand,
+/// disk: `PATH.PID.part` made a link to `/dev/full`) leaves the old one whole and no
+/// `PATH.PID.part`; a partial `PATH.PID.part` a killed writer left is refused when read by hand,
 /// and replaced by the next write.
 #[test]
 fn a_cut_bundle_is_refused_and_a_failed_write_leaves_the_old_one() {
@@ -825,7 +825,7 @@ fn a_cut_bundle_is_refused_and_a_failed_write_leaves_the_old_one() {
     }
     let dir = scratch();
     let path = dir.path().join("s.drift-61.ostmb");
-    let tmp = dir.path().join("s.drift-61.ostmb.part");
+    let tmp = ostm_protocol::format::part_path(&path);
     verify.write_file(&path).unwrap();
     assert!(!tmp.exists(), "nothing left beside it");
     std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
@@ -947,14 +947,14 @@ fn a_cut_seek_index_is_refused_and_a_failed_write_leaves_the_old_one() {
 
 /// The files written in one piece (replays written whole, pose caches, failure bundles,
 /// keyframes and pictures from `ostm-viewer keyframe`, `render`) go through
-/// `format::write_whole`: a write over an old file that fails part way (`PATH.part` a
-/// link to `/dev/full`) leaves the old file as it was and no `PATH.part`; one that
-/// succeeds replaces a partial `PATH.part` a killed writer left.
+/// `format::write_whole`: a write over an old file that fails part way (`PATH.PID.part` a
+/// link to `/dev/full`) leaves the old file as it was and no `PATH.PID.part`; one that
+/// succeeds replaces a partial `PATH.PID.part` a killed writer of the same id left.
 #[test]
 fn a_file_written_whole_is_the_old_or_the_new_never_a_part() {
     let dir = scratch();
     let path = dir.path().join("ghost.ospc");
-    let part = dir.path().join("ghost.ospc.part");
+    let part = ostm_protocol::format::part_path(&path);
     write_whole(&path, b"the old file").unwrap();
     assert!(!part.exists());
     std::os::unix::fs::symlink("/dev/full", &part).unwrap();
@@ -972,7 +972,8 @@ fn a_file_written_whole_is_the_old_or_the_new_never_a_part() {
     // A replay's and a bundle's writer are this one.
     let r = lively(10, 9, 3);
     let rp = dir.path().join("r.ostm");
-    std::os::unix::fs::symlink("/dev/full", dir.path().join("r.ostm.part")).unwrap();
+    let rpart = ostm_protocol::format::part_path(&rp);
+    std::os::unix::fs::symlink("/dev/full", &rpart).unwrap();
     assert!(r.write_file(&rp).is_err() && !rp.exists());
-    assert!(std::fs::symlink_metadata(dir.path().join("r.ostm.part")).is_err());
+    assert!(std::fs::symlink_metadata(&rpart).is_err());
 }

@@ -2,6 +2,7 @@
 //! terminal view), how the viewer reaches a host (`attach`, `check`), and where a failure
 //! bundle goes (`verify`, `attach`, `check`).
 
+use crate::live::bundle::BundleTo;
 use crate::live::network::Dial;
 use crate::live::session::{self, NatsOptions, Options, RecordTo, VerifierOptions};
 use crate::live::tls::TlsArgs;
@@ -49,7 +50,8 @@ the report; once the terminal is restored the lines above follow (no status line
 the same exit code.
 A recording continues in SESSION.1.ostm, SESSION.2.ostm, ... after each resync.
 On drift a failure bundle is written (docs/bundle-format.md): --bundle PATH, else beside
-the recording (SESSION.drift-STEP.ostmb), else drift-STEP.ostmb in the current directory;
+the recording (SESSION.drift-STEP.ostmb), else drift-STEP.ostmb in the current directory,
+never over an existing file (then drift-STEP-2.ostmb, ...: the line names the file);
 `ostm-viewer replay BUNDLE` reproduces it.
 
 Exit codes:
@@ -252,12 +254,16 @@ pub struct BundleArgs {
 }
 
 impl BundleArgs {
-    /// The path to write to: `--bundle`, else `default()`; `None` with `--no-bundle`.
-    pub fn target(&self, default: impl FnOnce() -> PathBuf) -> Option<PathBuf> {
+    /// Where to write: `--bundle` (named), else `default()` (a name the viewer picks, which
+    /// replaces nothing); `None` with `--no-bundle`.
+    pub fn target(&self, default: impl FnOnce() -> PathBuf) -> Option<BundleTo> {
         if self.no_bundle {
             return None;
         }
-        Some(self.bundle.clone().unwrap_or_else(default))
+        Some(match &self.bundle {
+            Some(p) => BundleTo::Named(p.clone()),
+            None => BundleTo::Picked(default()),
+        })
     }
 }
 

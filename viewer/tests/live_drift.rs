@@ -233,3 +233,49 @@ fn the_default_bundle_path_and_no_bundle() {
     assert!(!stdout(&b).contains("bundle"), "{}", stdout(&b));
     assert_eq!(bundles_in(without.path()), Vec::<String>::new());
 }
+
+/// Two viewers in one directory on one perturbed host both pick `drift-STEP.ostmb`: each
+/// writes a file of its own (the second the next free name, `drift-STEP-2.ostmb`), says
+/// which, and both bundles reproduce. (Before, the second replaced the first's file, or
+/// the two wrote one `PATH.part` and one of them reported it missing.)
+#[test]
+fn two_viewers_in_one_directory_write_two_bundles_and_name_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(true, 2);
+    let a = spawn_viewer_in(dir.path(), &["attach", &host.addr, "--until", "4000"]);
+    let b = spawn_viewer_in(
+        dir.path(),
+        &["attach", &host.addr, "--until", "4000", "--json"],
+    );
+    let (a, b) = (finish(a), finish(b));
+    assert_eq!((code(&a), code(&b)), (1, 1), "{}{}", stderr(&a), stderr(&b));
+    let name = format!("drift-{STEP}.ostmb");
+    let second = format!("drift-{STEP}-2.ostmb");
+    assert_eq!(bundles_in(dir.path()), vec![second.clone(), name.clone()]);
+    let text = stdout(&a);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("bundle written: "))
+        .unwrap_or_else(|| panic!("{text}{}", stderr(&a)));
+    let end: serde_json::Value = serde_json::from_str(stdout(&b).lines().last().unwrap()).unwrap();
+    let from_json = end["bundle"].as_str().unwrap_or_else(|| panic!("{end}"));
+    let from_text = line
+        .strip_prefix("bundle written: ")
+        .and_then(|l| l.split(' ').next())
+        .unwrap();
+    let mut named = vec![from_text.to_string(), from_json.to_string()];
+    named.sort();
+    assert_eq!(named, vec![second, name], "{line} / {end}");
+    for b in named {
+        let out = finish(spawn_viewer_in(dir.path(), &["replay", &b]));
+        assert_eq!(code(&out), 1, "{b} reproduces: {}", stdout(&out));
+    }
+    assert!(
+        !std::fs::read_dir(dir.path()).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".part")),
+        "no part file is left"
+    );
+}

@@ -158,10 +158,19 @@ impl Bundle {
         out
     }
 
-    /// Writes the file whole ([`crate::format::write_whole`]: through `PATH.part`, synced,
-    /// renamed; a failed write leaves `PATH` as it was and no `PATH.part`).
+    /// Writes the file whole ([`crate::format::write_whole`]: through `PATH.PID.part`,
+    /// synced, renamed; a failed write leaves `PATH` as it was and no `PATH.PID.part`).
     pub fn write_file(&self, path: &Path) -> std::io::Result<()> {
         crate::format::write_whole(path, &self.to_bytes())
+    }
+
+    /// Writes the file whole under a name that replaces nothing: `path`, else the next free
+    /// name ([`crate::format::write_new`]); returns the name written.
+    ///
+    /// # Errors
+    /// As [`crate::format::write_new`].
+    pub fn write_new_file(&self, path: &Path) -> std::io::Result<std::path::PathBuf> {
+        crate::format::write_new(path, &self.to_bytes())
     }
 
     /// Reads a bundle file (at most [`MAX_BUNDLE_BYTES`]).

@@ -311,8 +311,8 @@ impl PoseCache {
         out
     }
 
-    /// Writes the file whole ([`crate::format::write_whole`]: through `PATH.part`, synced,
-    /// renamed; a failed write leaves `PATH` as it was and no `PATH.part`).
+    /// Writes the file whole ([`crate::format::write_whole`]: through `PATH.PID.part`,
+    /// synced, renamed; a failed write leaves `PATH` as it was and no `PATH.PID.part`).
     pub fn write_file(&self, path: &Path) -> std::io::Result<()> {
         crate::format::write_whole(path, &self.to_bytes())
     }

@@ -24,8 +24,8 @@ use ostm_protocol::session::Goal;
 
 Prints exactly one line: `ok: verified N steps (step A to B) on ADDR`, `drift: ...` or
 `error: ...` (with --json, one object: verdict, message, verified, lag, ...). On drift
-it writes a failure bundle (--bundle PATH, else drift-STEP.ostmb in the current directory;
---no-bundle for none) and the line ends with
+it writes a failure bundle (--bundle PATH, else drift-STEP.ostmb in the current directory,
+or drift-STEP-2.ostmb, ... when that name is taken; --no-bundle for none) and the line ends with
 `bundle written: PATH (reproduce: ostm-viewer replay PATH)`.
 
 Exit codes:

@@ -5,6 +5,7 @@
 
 use crate::args::BundleArgs;
 use crate::exit::{fail, Exit};
+use crate::live::bundle::BundleTo;
 use crate::report::bundle::{add_bundle_json, written_line, Written};
 use crate::report::replay::{error_json, hex, malformed, read};
 use ostm_protocol::format::trace::setup_line;
@@ -105,7 +106,7 @@ fn run_one(args: &Args, file: &Path) -> Exit {
     };
     let opts = Opts {
         file,
-        bundle: args.bundle.target(|| beside(file)),
+        bundle: args.bundle.target(|| beside(file)).map(BundleTo::into_path),
         from_keyframe: args.from_keyframe.as_deref(),
     };
     let report = match verify_one(&opts, &replay) {
@@ -486,7 +487,10 @@ fn run_set(args: &Args, files: &[PathBuf]) -> Exit {
         };
         let opts = Opts {
             file: &m.path,
-            bundle: args.bundle.target(|| beside(&m.path)),
+            bundle: args
+                .bundle
+                .target(|| beside(&m.path))
+                .map(BundleTo::into_path),
             from_keyframe: None,
         };
         match verify_one(&opts, &replay) {

@@ -22,19 +22,42 @@ pub fn default_bundle_path(record: Option<&Path>, step: u64) -> PathBuf {
     }
 }
 
-/// Writes the report's bundle to `path` (whole, through `PATH.part`).
+/// Where a bundle goes: a path the user named (`--bundle`, replaced when it exists), or one
+/// the viewer picked itself, which replaces nothing: the next free name is taken instead
+/// (`drift-STEP-2.ostmb`, …; `ostm_protocol::format::write_new`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BundleTo {
+    Named(PathBuf),
+    Picked(PathBuf),
+}
+
+impl BundleTo {
+    /// The path asked for (the one written, unless a picked name was taken).
+    pub fn into_path(self) -> PathBuf {
+        match self {
+            BundleTo::Named(p) | BundleTo::Picked(p) => p,
+        }
+    }
+}
+
+/// Writes the report's bundle (whole, through `PATH.PID.part`); returns the path written.
 ///
 /// # Errors
 /// A message naming the path, or why there is no bundle.
-pub fn write_bundle(report: &DriftReport, path: &Path) -> Result<PathBuf, String> {
+pub fn write_bundle(report: &DriftReport, to: &BundleTo) -> Result<PathBuf, String> {
     let bundle = report
         .bundle
         .as_ref()
         .map_err(|e| format!("no bundle could be made: {e}"))?;
-    bundle
-        .write_file(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(path.to_path_buf())
+    match to {
+        BundleTo::Named(path) => bundle
+            .write_file(path)
+            .map(|()| path.clone())
+            .map_err(|e| format!("{}: {e}", path.display())),
+        BundleTo::Picked(path) => bundle
+            .write_new_file(path)
+            .map_err(|e| format!("{}: {e}", path.display())),
+    }
 }
 
 #[cfg(test)]

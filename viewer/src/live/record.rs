@@ -12,7 +12,7 @@
 //! is next; nothing more is written to it, and the files finished before are kept.
 
 pub use ostm_protocol::format::recording::numbered;
-use ostm_protocol::format::recording::{Durability, Recorder};
+use ostm_protocol::format::recording::{journal_path, Durability, Recorder};
 use ostm_protocol::World;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -57,14 +57,22 @@ pub struct Recording {
     done: Vec<Written>,
     left: Vec<Unfinished>,
     durability: Durability,
+    /// `--force`: numbered files that exist are overwritten rather than passed over.
+    force: bool,
 }
 
 impl Recording {
-    /// Starts recording at `world` (the probe snapshot) into `base`.
+    /// Starts recording at `world` (the probe snapshot) into `base`; with `force`, numbered
+    /// files of it that exist are overwritten, else passed over ([`Recording::resync`]).
     ///
     /// # Errors
     /// The in-progress file cannot be created (nothing is left of it).
-    pub fn start(base: &Path, world: &World, durability: Durability) -> io::Result<Recording> {
+    pub fn start(
+        base: &Path,
+        world: &World,
+        durability: Durability,
+        force: bool,
+    ) -> io::Result<Recording> {
         Ok(Recording {
             base: base.to_path_buf(),
             index: 0,
@@ -73,6 +81,7 @@ impl Recording {
             done: Vec::new(),
             left: Vec::new(),
             durability,
+            force,
         })
     }
 
@@ -133,7 +142,9 @@ impl Recording {
     }
 
     /// Closes the current file at the gap and continues in the next numbered file from
-    /// `world` (the resync snapshot); returns the new file's path.
+    /// `world` (the resync snapshot); returns the new file's path. Without `--force` a
+    /// number whose file or in-progress file exists (another process's, made since the
+    /// paths were checked) is passed over: the next free number is taken.
     ///
     /// # Errors
     /// Finishing the current file (it is then left as `FILE.part`, for `recover`) or
@@ -141,7 +152,11 @@ impl Recording {
     pub fn resync(&mut self, world: &World) -> io::Result<PathBuf> {
         self.close()?;
         self.index += 1;
-        let next = numbered(&self.base, self.index);
+        let mut next = numbered(&self.base, self.index);
+        while !self.force && (next.exists() || journal_path(&next).exists()) {
+            self.index += 1;
+            next = numbered(&self.base, self.index);
+        }
         self.current = Some(Recorder::create_with(&next, world, true, self.durability)?);
         self.start_step = world.step;
         Ok(next)
@@ -201,5 +216,43 @@ impl Recording {
                 Err(io::Error::new(e.kind(), text))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Recording;
+    use ostm_protocol::format::recording::Durability;
+
+    fn world() -> ostm_protocol::World {
+        let setup = ostm_protocol::Setup {
+            dims: ostm_protocol::Dims::Two,
+            bodies: 1,
+            seed: 1,
+        };
+        ostm_protocol::World::new(setup, None)
+    }
+
+    /// A numbered file another process made since the paths were checked is passed over
+    /// (and kept); with --force it is overwritten as the docs say.
+    #[test]
+    fn a_resync_passes_over_a_numbered_file_that_exists_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("s.ostm");
+        std::fs::write(dir.path().join("s.1.ostm"), b"another's").unwrap();
+        std::fs::write(dir.path().join("s.2.ostm.part"), b"another's").unwrap();
+        let mut r = Recording::start(&base, &world(), Durability::default(), false).unwrap();
+        assert_eq!(r.resync(&world()).unwrap(), dir.path().join("s.3.ostm"));
+        let done = r.finish();
+        assert_eq!(done.error, None);
+        let names: Vec<_> = done.files.iter().map(|w| w.path.clone()).collect();
+        assert_eq!(names, [base.clone(), dir.path().join("s.3.ostm")]);
+        assert_eq!(
+            std::fs::read(dir.path().join("s.1.ostm")).unwrap(),
+            b"another's"
+        );
+        let mut r = Recording::start(&base, &world(), Durability::default(), true).unwrap();
+        assert_eq!(r.resync(&world()).unwrap(), dir.path().join("s.1.ostm"));
+        drop(r.finish());
     }
 }

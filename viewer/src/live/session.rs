@@ -588,10 +588,12 @@ impl Driver<'_> {
 
     fn attached(&mut self, step: u64, events: &mut impl FnMut(Event<'_>)) {
         if let Some(RecordTo {
-            path, durability, ..
+            path,
+            durability,
+            force,
         }) = &self.opts.record
         {
-            match Recording::start(path, self.core.world(), *durability) {
+            match Recording::start(path, self.core.world(), *durability, *force) {
                 Ok(r) => self.around.recording = Some(r),
                 Err(e) => {
                     self.core

@@ -345,13 +345,14 @@ pub fn finish(args: &AttachArgs, outcome: &Outcome, lines: Lines) -> Exit {
 }
 
 /// Writes the drift bundle when the session stopped on drift, unless `--no-bundle`: to
-/// `--bundle`, else [`default_bundle_path`] (beside `record` when recording).
+/// `--bundle`, else [`default_bundle_path`] (beside `record` when recording) or, when that
+/// name is taken, the next free one; the result names the file written.
 pub fn drift_bundle(o: &Outcome, opts: &BundleArgs, record: Option<&Path>) -> Option<Written> {
     let Stop::Drift(report) = &o.stop else {
         return None;
     };
-    let path = opts.target(|| default_bundle_path(record, report.step))?;
-    let written = write_bundle(report, &path);
+    let to = opts.target(|| default_bundle_path(record, report.step))?;
+    let written = write_bundle(report, &to);
     match &written {
         Ok(p) => tracing::info!(path = %p.display(), "drift bundle written"),
         Err(e) => tracing::warn!("no drift bundle written: {e}"),
