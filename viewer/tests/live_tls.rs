@@ -133,8 +133,25 @@ fn a_good_certificate_attaches_and_verifies_and_bad_ones_are_refused() {
         ],
         &["not valid for elsewhere.example"],
     );
-    // A plaintext viewer against the TLS host.
-    refused(&host.addr, &[], &["--tls"]);
+    // A plaintext viewer against the TLS host: told the host serves TLS (it is an ostm
+    // host), and what to pass.
+    refused(
+        &host.addr,
+        &[],
+        &[
+            &format!(
+                "{} serves TLS (it answered with a TLS record: 15 03 0",
+                host.addr
+            ),
+            "connect with --tls, and with --tls-ca CA.pem too when a private CA signed",
+        ],
+    );
+    let out = viewer(&["check", &host.addr, "--steps", "5"]);
+    assert!(
+        !stdout(&out).contains("not an ostm host"),
+        "{}",
+        stdout(&out)
+    );
     drop(host);
 
     // An expired certificate: the host refuses to serve it (the viewer's own sentence for

@@ -278,6 +278,14 @@ pub enum Lost {
         if *.tls { "" } else { " (a host that serves TLS closes a plaintext connection: try --tls)" }
     )]
     ClosedInHandshake { addr: String, tls: bool },
+    /// A first frame that is a TLS record: a host that serves TLS, dialled without
+    /// `--tls` ([`tls_record`] gives its first bytes).
+    #[error(
+        "{addr} serves TLS (it answered with a TLS record: {record}): connect with --tls, \
+         and with --tls-ca CA.pem too when a private CA signed its certificate (as \
+         `ostm-host cert` makes)"
+    )]
+    ServesTls { addr: String, record: String },
     /// A first frame that does not decode: what the peer sent, as [`describe`] reads it.
     #[error("{addr} is not an ostm host: it sent {seen} ({err})")]
     NotOstm {
@@ -845,11 +853,20 @@ async fn handshake_next(
             addr: addr.clone(),
             tls: dial.tls.is_some(),
         })),
-        Some(Err(WireError::Format(err))) if first => Err(Refused::Final(Lost::NotOstm {
-            addr: addr.clone(),
-            seen: describe(conn.framed.read_buffer()),
-            err,
-        })),
+        Some(Err(WireError::Format(err))) if first => {
+            let sent = conn.framed.read_buffer();
+            Err(Refused::Final(match tls_record(sent) {
+                Some(record) => Lost::ServesTls {
+                    addr: addr.clone(),
+                    record,
+                },
+                None => Lost::NotOstm {
+                    addr: addr.clone(),
+                    seen: describe(sent),
+                    err,
+                },
+            }))
+        }
         Some(Err(WireError::Format(e))) => Err(Refused::Final(Lost::Protocol(e))),
         Some(Err(WireError::Io(e))) => Err(Refused::Unreachable(Lost::Connection(e))),
         Some(Ok(m)) => Ok(m),
@@ -912,17 +929,25 @@ impl AsyncWrite for Counted {
     }
 }
 
-/// The first bytes a peer sent, as a person can read them: as text when they are
-/// printable (an HTTP or SSH banner), in hex otherwise, with a word on TLS records.
-pub fn describe(bytes: &[u8]) -> String {
+/// The first 48 bytes of `bytes`, and `…` when more arrived.
+fn head(bytes: &[u8]) -> (&[u8], &'static str) {
     let head = &bytes[..bytes.len().min(48)];
-    let more = if bytes.len() > head.len() { "…" } else { "" };
-    if head.len() >= 3 && matches!(head[0], 0x14..=0x17) && head[1] == 3 && head[2] <= 4 {
-        return format!(
-            "a TLS record ({}{more}): the host serves TLS; connect with --tls",
-            hex(head)
-        );
-    }
+    (head, if bytes.len() > head.len() { "…" } else { "" })
+}
+
+/// The first bytes a peer sent, in hex, when they start like a TLS record (content type
+/// `14`..`17`, version `03 00`..`03 04`): a host that serves TLS answering a plaintext
+/// hello.
+pub fn tls_record(bytes: &[u8]) -> Option<String> {
+    let (head, more) = head(bytes);
+    (head.len() >= 3 && matches!(head[0], 0x14..=0x17) && head[1] == 3 && head[2] <= 4)
+        .then(|| format!("{}{more}", hex(head)))
+}
+
+/// The first bytes a peer sent, as a person can read them: as text when they are
+/// printable (an HTTP or SSH banner), in hex otherwise.
+pub fn describe(bytes: &[u8]) -> String {
+    let (head, more) = head(bytes);
     let printable = head
         .iter()
         .all(|&b| b == b'\r' || b == b'\n' || b == b'\t' || (0x20..0x7f).contains(&b));
@@ -984,6 +1009,29 @@ mod tests {
     use ostm_protocol::FormatError;
     use ostm_runtime::WireError;
     use std::io;
+
+    /// A TLS alert or handshake record (what a TLS host answers a plaintext hello with)
+    /// is told apart from other bytes, which `describe` reads as text or hex.
+    #[test]
+    fn a_tls_record_is_told_apart_from_a_stranger_s_bytes() {
+        use super::{describe, tls_record};
+        assert_eq!(
+            tls_record(&[0x15, 3, 3, 0, 2, 2, 0x46]).as_deref(),
+            Some("15 03 03 00 02 02 46")
+        );
+        let long = [&[0x16u8, 3, 1][..], &[0u8; 60][..]].concat();
+        assert!(tls_record(&long).unwrap().ends_with("00…"));
+        for not in [
+            &b"SSH-2.0-OpenSSH_9.2p1\r\n"[..],
+            &[0x15, 3, 5],
+            &[0x18, 3, 3],
+            &[0x16, 3],
+        ] {
+            assert_eq!(tls_record(not), None, "{not:?}");
+        }
+        assert_eq!(describe(b"SSH-2.0\r\n"), "\"SSH-2.0\\r\\n\"");
+        assert_eq!(describe(&[0, 0xff]), "the bytes 00 ff");
+    }
 
     /// The texts the verdict gives, byte for byte as they were written by hand at each
     /// site before [`Lost`].
@@ -1063,6 +1111,10 @@ mod tests {
             (
                 Lost::NotOstm { addr: a(), seen: "\"SSH-2.0\"".into(), err: bad.clone() },
                 format!("{addr} is not an ostm host: it sent \"SSH-2.0\" ({bad})"),
+            ),
+            (
+                Lost::ServesTls { addr: a(), record: "15 03 03 00 02 02 46".into() },
+                format!("{addr} serves TLS (it answered with a TLS record: 15 03 03 00 02 02 46): connect with --tls, and with --tls-ca CA.pem too when a private CA signed its certificate (as `ostm-host cert` makes)"),
             ),
             (Lost::Protocol(bad.clone()), format!("protocol error: {bad}")),
             (Lost::Connection(io()), "connection lost: reset by peer".into()),
