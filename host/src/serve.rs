@@ -27,7 +27,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// Default cap on connected viewers.
 pub const DEFAULT_MAX_VIEWERS: usize = 256;
@@ -752,6 +752,7 @@ impl Serving {
                 nats_stop.cancel();
             }
         }
+        log_end(&self.hub, &end);
         print_status(
             &self.hub,
             self.json,
@@ -767,6 +768,25 @@ impl Serving {
 /// Waits for every connection to finish.
 async fn all_closed(conns: &mut JoinSet<()>) {
     while conns.join_next().await.is_some() {}
+}
+
+/// The log line of the stream's end (docs/protocol.md, the host's log): `info` when it
+/// ended cleanly (`finished`, `shutdown`), `error` otherwise.
+fn log_end(hub: &Hub, end: &End) {
+    let (reason, text, step) = (end.reason.name(), end.text.as_str(), end.host_step);
+    let steps = step.saturating_sub(hub.start_step());
+    let viewers = hub.counters.viewers_total.load(Ordering::Relaxed);
+    if end.reason.is_clean() {
+        info!(
+            reason,
+            text, step, steps, viewers, "the stream ended: {reason}: {text}"
+        );
+    } else {
+        error!(
+            reason,
+            text, step, steps, viewers, "the stream ended: {reason}: {text}"
+        );
+    }
 }
 
 /// The kernel send buffer each viewer's socket asks for, in bytes (set on the listening

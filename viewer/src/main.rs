@@ -93,10 +93,10 @@ enum Command {
     Man(ostm_runtime::shell::ManArgs),
 }
 
-/// The log filter without `RUST_LOG`: warnings, except the SVG library's own, which
-/// warns once per text element or glyph about fonts (`render` says it once itself:
-/// [`crate::render::png`]).
-pub const DEFAULT_LOG: &str = "warn,usvg=error";
+/// The log filter without `RUST_LOG`: warnings, and the live session's events at info
+/// ([`report::log::TARGET`]), except the SVG library's own warnings, once per text element
+/// or glyph about fonts (`render` says it once itself: [`crate::render::png`]).
+pub const DEFAULT_LOG: &str = "warn,ostm_viewer::session=info,usvg=error";
 
 /// Logs to stderr through `tracing` (text or JSON: `--log-format`), filtered by
 /// `RUST_LOG` (default [`DEFAULT_LOG`]); colours only when stderr is a terminal, so

@@ -192,7 +192,9 @@ fn ctrl_c_stops_the_session_and_a_panic_still_restores_the_terminal() {
     assert!(out.contains("attached to "), "{out}");
     assert_stopped(&out);
 
-    let run = Run::start(&["attach", &host.addr, "--tui", "--tui-panic"], 100, 32);
+    // Tall enough for the panic's message, the backtrace and the session's log lines
+    // written after the view.
+    let run = Run::start(&["attach", &host.addr, "--tui", "--tui-panic"], 100, 60);
     let (rc, out) = run.exited();
     run.assert_terminal_restored();
     assert_eq!(rc, 2, "{out}");

@@ -2,7 +2,9 @@
 //! is one JSON object with the text log's fields (`timestamp`, `level`, `target`,
 //! `fields` with `message` and the event's own fields); the default stays text; an
 //! unknown format is bad input. A command's own messages on stderr (`watch: …`,
-//! `error: …`) are not log lines and stay text.
+//! `error: …`) are not log lines and stay text. A live session logs each of its events
+//! (docs/protocol.md, "The viewer's log") with its fields, in JSON and in text; the host
+//! logs the end of its stream.
 
 mod live_support;
 
@@ -125,4 +127,225 @@ fn the_viewer_logs_one_json_object_a_line() {
             && v["fields"].get("status").is_some()),
         "{lines:?}"
     );
+}
+
+/// The host logs the end of its stream: a `--steps` run that finishes says so at info,
+/// with the reason and the steps it ran.
+#[test]
+fn the_host_logs_the_end_of_a_steps_run() {
+    let out = run(Command::new(host_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--rate", "max"])
+        .args(["--steps", "20", "--status-ms", "0", "--log-format", "json"]));
+    assert_eq!(out.status.code(), Some(0));
+    let lines = json_lines(&stderr(&out), &[]);
+    let end = lines
+        .iter()
+        .find(|v| v["fields"]["reason"] == "finished")
+        .unwrap_or_else(|| panic!("no end line: {lines:?}"));
+    assert_eq!(end["level"], "INFO", "{end}");
+    assert_eq!(end["fields"]["steps"], 20, "{end}");
+    assert_eq!(end["fields"]["step"], 20, "{end}");
+    assert_eq!(
+        end["fields"]["message"],
+        "the stream ended: finished: the host ran its 20 steps"
+    );
+}
+
+/// The viewer's session events as a log shipper reads them from stderr, in `format`: the
+/// line of event `event` (with `session` = `addr`) at `level` that has every field of
+/// `fields`; for JSON its `fields` object, for text the line.
+#[track_caller]
+fn session_event(
+    stderr: &str,
+    format: &str,
+    level: &str,
+    event: &str,
+    addr: &str,
+    fields: &[&str],
+) -> Value {
+    let found = if format == "json" {
+        json_lines(stderr, &[])
+            .into_iter()
+            .filter(|v| v["target"] == "ostm_viewer::session")
+            .find(|v| v["fields"]["event"] == event)
+            .map(|v| {
+                assert_eq!(v["level"], level, "{v}");
+                assert_eq!(v["fields"]["session"], addr, "{v}");
+                for f in fields {
+                    assert!(v["fields"].get(f).is_some(), "{f} missing: {v}");
+                }
+                v["fields"].clone()
+            })
+    } else {
+        stderr
+            .lines()
+            .find(|l| {
+                l.contains(" ostm_viewer::session: ") && l.contains(&format!(" event=\"{event}\""))
+            })
+            .map(|l| {
+                assert!(
+                    l.contains(&format!(" {level} ostm_viewer::session: ")),
+                    "{l}"
+                );
+                assert!(l.contains(&format!(" session=\"{addr}\"")), "{l}");
+                for f in fields {
+                    assert!(l.contains(&format!(" {f}=")), "{f} missing: {l}");
+                }
+                Value::String(l.to_string())
+            })
+    };
+    found.unwrap_or_else(|| panic!("no {event} event on stderr ({format}):\n{stderr}"))
+}
+
+/// A viewer in `dir` with `--log-format format`, attached to `addr` with `args`; its stdout
+/// events in JSON.
+fn logging_viewer(dir: &std::path::Path, format: &str, addr: &str, args: &[&str]) -> Proc {
+    Proc::spawn(
+        Command::new(viewer_bin())
+            .args(["--log-format", format, "attach", addr, "--json"])
+            .args(args)
+            .current_dir(dir),
+    )
+}
+
+/// Reads the viewer's stdout until an event for which `pred` holds.
+fn until(v: &mut Proc, pred: impl Fn(&Value) -> bool) -> Value {
+    let l = v.wait_line(|l| serde_json::from_str::<Value>(l).is_ok_and(|e| pred(&e)));
+    serde_json::from_str(&l).unwrap()
+}
+
+/// A session that attaches, is resynced, records two files and is stopped: on stderr
+/// (the default log filter) the attach, the resync, each recording file and the end with
+/// its verdict, each with the session's address and its step.
+#[test]
+fn the_viewer_logs_attach_resync_recording_and_end() {
+    for format in ["json", "text"] {
+        let mut host = Host::start(RESYNCING_HOST);
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = logging_viewer(dir.path(), format, &host.addr, &["--record", "r.ostm"]);
+        until(&mut v, |e| e["event"] == "attached");
+        // Paused while the host runs far past its queue: resynced when it reads again.
+        v.signal("STOP");
+        let at = host.wait_status(|_| true)["step"].as_u64().unwrap();
+        host.wait_status(|s| s["step"].as_u64().unwrap() > at + 300_000);
+        v.signal("CONT");
+        until(&mut v, |e| e["event"] == "resync");
+        v.signal("INT");
+        let out = finish(v);
+        assert_eq!(code(&out), 0, "{}", stdout(&out));
+        let log = stderr(&out);
+        let addr = host.addr.as_str();
+        session_event(&log, format, "INFO", "attached", addr, &["step"]);
+        session_event(
+            &log,
+            format,
+            "INFO",
+            "resync",
+            addr,
+            &["step", "from", "to", "steps", "file"],
+        );
+        session_event(
+            &log,
+            format,
+            "INFO",
+            "recording_finished",
+            addr,
+            &["file", "steps", "start_step"],
+        );
+        let end = session_event(
+            &log,
+            format,
+            "INFO",
+            "end",
+            addr,
+            &["verdict", "stop", "step", "verified"],
+        );
+        if format == "json" {
+            assert_eq!(
+                (end["verdict"].as_str(), end["stop"].as_str()),
+                (Some("ok"), Some("interrupted")),
+                "{end}"
+            );
+        } else {
+            assert!(end.as_str().unwrap().contains(" verdict=\"ok\""), "{end}");
+        }
+        host.interrupt();
+    }
+}
+
+/// A `--reconnect` viewer whose host is killed and started again: the loss (at warn, with
+/// the step and the reason) and the reconnection (from, to) are logged.
+#[test]
+fn the_viewer_logs_a_loss_and_a_reconnection() {
+    for format in ["json", "text"] {
+        let host = Host::start(&["--rate", "300", "--status-ms", "0"]);
+        let addr = host.addr.clone();
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = logging_viewer(dir.path(), format, &addr, &["--reconnect"]);
+        until(&mut v, |e| e["event"] == "status");
+        host.signal("KILL");
+        let _ = host.wait();
+        until(&mut v, |e| e["event"] == "lost");
+        let again = Host::start_at(&addr, &["--rate", "300", "--status-ms", "0"], &[]);
+        until(&mut v, |e| e["event"] == "gap");
+        v.signal("INT");
+        let out = finish(v);
+        assert_eq!(code(&out), 0, "{}", stdout(&out));
+        let log = stderr(&out);
+        session_event(&log, format, "WARN", "lost", &addr, &["step", "reason"]);
+        session_event(
+            &log,
+            format,
+            "WARN",
+            "reconnected",
+            &addr,
+            &["step", "from", "to", "reason"],
+        );
+        session_event(&log, format, "INFO", "end", &addr, &["verdict"]);
+        drop(again);
+    }
+}
+
+/// A drift (`--drift-at`): logged at error with the step, the body and the field, and the
+/// end with the verdict `drift`.
+#[test]
+fn the_viewer_logs_a_drift() {
+    for format in ["json", "text"] {
+        let host = Host::start(&[
+            "--rate",
+            "1000",
+            "--status-ms",
+            "0",
+            "--wait-for-viewers",
+            "1",
+            "--drift-at",
+            "300",
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let out = finish(logging_viewer(dir.path(), format, &host.addr, &[]));
+        assert_eq!(code(&out), 1, "{}", stdout(&out));
+        let log = stderr(&out);
+        let addr = host.addr.as_str();
+        session_event(&log, format, "INFO", "attached", addr, &["step"]);
+        let drift = session_event(
+            &log,
+            format,
+            "ERROR",
+            "drift",
+            addr,
+            &["step", "body", "field", "bundle"],
+        );
+        let end = session_event(&log, format, "ERROR", "end", addr, &["verdict", "step"]);
+        if format == "json" {
+            assert_eq!(drift["step"], 300, "{drift}");
+            assert_eq!(end["verdict"], "drift", "{end}");
+        } else {
+            assert!(drift.as_str().unwrap().contains(" step=300 "), "{drift}");
+            assert!(
+                end.as_str().unwrap().contains(" verdict=\"drift\""),
+                "{end}"
+            );
+        }
+        host.interrupt();
+    }
 }

@@ -4,7 +4,7 @@
 
 use crate::args::AttachArgs;
 use crate::exit::Exit;
-use crate::live::session;
+use crate::report::log;
 use crate::report::session::{finish, Lines};
 
 /// Runs `attach` (with `--tui`, [`crate::tui::run`]).
@@ -22,7 +22,7 @@ pub fn run(mut args: AttachArgs) -> Exit {
     };
     let mut lines = Lines::new(&args);
     lines.metrics(&metrics);
-    let outcome = session::run(&opts, |ev| {
+    let outcome = log::session(&opts, |ev| {
         metrics.on(&ev);
         lines.on(&ev);
     });

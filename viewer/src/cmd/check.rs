@@ -3,8 +3,9 @@
 
 use crate::args::{BundleArgs, HostArgs, MetricsArgs};
 use crate::exit::Exit;
-use crate::live::session::{self, Options, Stop};
+use crate::live::session::{Options, Stop};
 use crate::report::bundle::{add_bundle_json, written_line};
+use crate::report::log;
 use crate::report::session::{drift_bundle, verdict};
 use ostm_protocol::session::Goal;
 
@@ -84,7 +85,7 @@ pub fn run(mut args: Args) -> Exit {
     if let Some(addr) = metrics.addr() {
         eprintln!("ostm-viewer metrics on http://{addr}/metrics");
     }
-    let outcome = session::run(&opts, |ev| metrics.on(&ev));
+    let outcome = log::session(&opts, |ev| metrics.on(&ev));
     metrics.ended(&outcome);
     let (mut exit, line, mut obj) = verdict(&outcome);
     let mut line = line.replace('\n', "; ");
@@ -109,13 +110,14 @@ pub fn run(mut args: Args) -> Exit {
         Exit::Failure if line.starts_with("error") => line,
         Exit::Failure => format!("error: {line}"),
     };
+    add_bundle_json(&mut obj, bundle.as_ref());
+    obj["addr"] = args.addr.clone().into();
+    obj["message"] = line.clone().into();
     if args.json {
-        add_bundle_json(&mut obj, bundle.as_ref());
-        obj["addr"] = args.addr.into();
-        obj["message"] = line.into();
         println!("{obj}");
     } else {
         println!("{line}");
     }
+    log::end(&args.addr, &obj);
     exit
 }

@@ -4,8 +4,9 @@
 
 use crate::args::AttachArgs;
 use crate::exit::{fail, Exit};
-use crate::live::session::{self, Stop};
+use crate::live::session::Stop;
 use crate::render::ghost::GhostCache;
+use crate::report::log;
 use crate::report::session::{finish, verdict, Lines};
 use crate::web::{self, live::Hub, replay::Source, Mode};
 use std::io::Write;
@@ -201,7 +202,7 @@ fn live(mut args: Args) -> Exit {
     };
     let mut lines = Lines::new(&args.attach);
     lines.metrics(&metrics);
-    let outcome = session::run(&opts, |ev| {
+    let outcome = log::session(&opts, |ev| {
         metrics.on(&ev);
         lines.on(&ev);
         hub.on(&ev);

@@ -1,10 +1,12 @@
 //! What commands print, below the commands that print it: the live session's lines and
-//! verdict ([`session`]), a failure bundle's line ([`bundle`]), a world's fields
+//! verdict ([`session`]) and its log ([`log`]), a failure bundle's line ([`bundle`]), a world's fields
 //! ([`fields`]), a replay's hashes, errors and link ([`replay`]).
 
 pub mod bundle;
 pub mod fields;
 pub mod ghost;
+pub mod lines;
+pub mod log;
 pub mod replay;
 pub mod session;
 

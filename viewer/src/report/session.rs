@@ -3,6 +3,7 @@
 //! place on a terminal; then the verdict, the files and the drift bundle.
 
 use super::bundle::{add_bundle_json, written_line, Written};
+use super::lines::{lost_line, reconnected_line};
 use super::out;
 use super::replay::link_info;
 use crate::args::{AttachArgs, BundleArgs};
@@ -236,14 +237,17 @@ impl Lines {
             Event::Resync { from, to, file } => {
                 if json {
                     self.put(&serde_json::json!({"event": "resync", "from": from, "to": to, "file": file.map(|f| f.display().to_string())}).to_string());
-                } else if let Some(line) =
-                    self.resyncs
-                        .note(Instant::now(), from, to, file.map(|f| f.as_path()))
-                {
+                } else {
+                    // Cleared even with no line: the session's log line follows.
                     if terminal {
                         eprint!("\r\x1b[2K");
                     }
-                    self.put(&line);
+                    if let Some(line) =
+                        self.resyncs
+                            .note(Instant::now(), from, to, file.map(|f| f.as_path()))
+                    {
+                        self.put(&line);
+                    }
                 }
             }
             Event::Lost { step, why } => {
@@ -255,7 +259,7 @@ impl Lines {
                         &serde_json::json!({"event": "lost", "step": step, "why": why}).to_string(),
                     );
                 } else {
-                    self.put(&format!("lost: {why}; at step {step}, connecting again"));
+                    self.put(&lost_line(step, why));
                 }
             }
             Event::Reconnected { gap, file } | Event::Gap { gap, file } => {
@@ -299,12 +303,11 @@ pub fn finish(args: &AttachArgs, outcome: &Outcome, lines: Lines) -> Exit {
     if lines.terminal {
         eprintln!();
     }
-    let (exit, plain, obj) = verdict(outcome);
+    let (exit, plain, mut obj) = verdict(outcome);
     let bundle = drift_bundle(outcome, &args.bundle, args.recording.record.as_deref());
+    obj["event"] = "end".into();
+    add_bundle_json(&mut obj, bundle.as_ref());
     if lines.json {
-        let mut obj = obj;
-        obj["event"] = "end".into();
-        add_bundle_json(&mut obj, bundle.as_ref());
         out(&obj.to_string());
     } else {
         for (step, why) in &outcome.fields_missed {
@@ -341,6 +344,7 @@ pub fn finish(args: &AttachArgs, outcome: &Outcome, lines: Lines) -> Exit {
             None => {}
         }
     }
+    super::log::end(&args.addr, &obj);
     exit
 }
 
@@ -438,39 +442,6 @@ pub fn gap_json(g: &Gap) -> serde_json::Value {
         obj["was"] = was.as_str().into();
     }
     obj
-}
-
-/// The line a reconnection prints: the steps not seen, or how the host came back (behind
-/// the viewer, or with another world), and where the recording continues.
-pub fn reconnected_line(g: &Gap, file: Option<&Path>) -> String {
-    let (from, to, why) = (g.from, g.to, &g.why);
-    match (&g.world, g.behind) {
-        (Some((world, was)), _) => {
-            let cont = file
-                .map(|f| {
-                    format!(
-                        "; recording continues in {}, the first file of that world (verify it apart from the files before)",
-                        f.display()
-                    )
-                })
-                .unwrap_or_default();
-            format!(
-                "gap: {why}; reconnected at step {to} to another world ({world}; it was {was}): the host was restarted with it, and what the old stream held after step {from} was not seen{cont}"
-            )
-        }
-        (None, behind) => {
-            let cont = file
-                .map(|f| format!("; recording continues in {}", f.display()))
-                .unwrap_or_default();
-            if behind {
-                format!(
-                    "gap: {why}; reconnected at step {to}, behind the viewer's step {from}: the host was restarted (what its old stream held after step {from} was not seen; steps {to}..{from} are verified again){cont}"
-                )
-            } else {
-                format!("gap: {why}; reconnected at step {to} (steps {from}..{to} not seen){cont}")
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `ostm-viewer attach ADDR --tui`: the session `attach` runs, drawn in the terminal.
 //!
-//! The session runs on its own thread exactly as `attach` runs it ([`session::run`] with
+//! The session runs on its own thread exactly as `attach` runs it ([`log::session`] with
 //! attach's [`Options`](crate::live::session::Options)); its events cross to the main
 //! thread over a channel, where the view draws them about ten times a second and asks
 //! the verifier for the next world ([`FrameRequest::ask`]) after each picture. The
@@ -23,6 +23,7 @@ mod tests;
 use crate::args::AttachArgs;
 use crate::exit::{self, Exit};
 use crate::live::session::{self, Event, FrameRequest, Outcome, Stop};
+use crate::report::log;
 use crate::report::session::{finish, Lines};
 use ratatui::crossterm::event::{self, Event as Input, KeyCode, KeyEventKind, KeyModifiers};
 use screen::Screen;
@@ -67,7 +68,7 @@ pub fn run(mut args: AttachArgs) -> Exit {
     let session = std::thread::Builder::new()
         .name("ostm-session".into())
         .spawn(move || {
-            let outcome = session::run(&opts, |ev| {
+            let outcome = log::session(&opts, |ev| {
                 if let Some(m) = message(&ev) {
                     let _ = tx.send(m);
                 }
