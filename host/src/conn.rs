@@ -26,7 +26,6 @@ use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout, Instant};
-use tokio_rustls::TlsAcceptor;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
@@ -36,7 +35,7 @@ pub struct ConnConfig {
     /// The shared secret a viewer must send; never logged.
     pub token: Option<String>,
     /// TLS, when the host serves it.
-    pub tls: Option<TlsAcceptor>,
+    pub tls: Option<crate::tls::HostTls>,
     /// A write that makes no progress for this long drops the viewer.
     pub stall: Duration,
     /// Nothing received for this long drops the viewer.
@@ -94,14 +93,14 @@ pub async fn serve(
         let name = peer.to_string();
         let before_hello = async {
             let (r, w): (Box<dyn AsyncRead + Unpin + Send>, Writer) = match &cfg.tls {
-                Some(acceptor) => match acceptor.accept(stream).await {
+                Some(tls) => match tls.acceptor.accept(stream).await {
                     Ok(s) => {
                         let (r, w) = tokio::io::split(s);
                         (Box::new(r), Writer::Tls(w))
                     }
                     Err(e) => {
                         hub.counters.refused.fetch_add(1, Ordering::Relaxed);
-                        info!("refused: TLS handshake failed: {e}");
+                        tls.identity.refused(&e);
                         return None;
                     }
                 },

@@ -25,7 +25,6 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -127,7 +126,8 @@ pub struct Args {
     /// the OSTM_TOKEN environment variable). Never logged.
     #[command(flatten)]
     pub token: TokenArgs,
-    /// Serve TLS with this certificate chain (PEM); needs --tls-key.
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key. SIGHUP reads both
+    /// files again (renewal without a restart).
     #[arg(long, value_name = "PEM", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// The private key (PEM) of --tls-cert.
@@ -394,6 +394,12 @@ fn say(json: bool, plain: String, obj: serde_json::Value) {
 /// failure to bind.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, String> {
     let (token, tls) = access(&args)?;
+    // With TLS, SIGHUP reloads the certificate and key (watched before the address is
+    // announced, so a SIGHUP from then on never ends the host).
+    let hangup = match &tls {
+        Some(_) => Some(crate::tls::hangup()?),
+        None => None,
+    };
     let source = source(&args)?;
     let rate = match args.rate {
         Rate::PerSecond(n) => Some(n),
@@ -418,6 +424,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     announce(&args, &listener, metrics_listener.as_ref(), &source)?;
 
     let hub = Arc::new(Hub::new(source.world().clone(), limits(&args)));
+    let tls_stop = CancellationToken::new();
+    let _stop_tls = tls_stop.clone().drop_guard();
+    if let (Some(tls), Some(hangup)) = (&tls, hangup) {
+        crate::tls::spawn_upkeep(tls.identity.clone(), hangup, tls_stop);
+    }
     let cfg = Arc::new(conn_config(&args, token, tls, rate));
     let cancel = CancellationToken::new();
     let nats_stop = CancellationToken::new();
@@ -473,7 +484,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
 
 /// The token viewers must send and the TLS acceptor, once the rules for a non-loopback
 /// address are met; `--record`'s target is checked here too.
-fn access(args: &Args) -> Result<(Option<String>, Option<TlsAcceptor>), String> {
+fn access(args: &Args) -> Result<(Option<String>, Option<crate::tls::HostTls>), String> {
     let token = args.token.resolve()?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => Some(crate::tls::acceptor(c, k)?),
@@ -561,7 +572,7 @@ fn limits(args: &Args) -> Limits {
 fn conn_config(
     args: &Args,
     token: Option<String>,
-    tls: Option<TlsAcceptor>,
+    tls: Option<crate::tls::HostTls>,
     rate: Option<u32>,
 ) -> ConnConfig {
     ConnConfig {

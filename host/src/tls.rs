@@ -3,12 +3,17 @@
 //!
 //! Before serving, the host checks its own certificate as a viewer will (docs/tls.md): a
 //! certificate that every viewer would refuse stops the host at startup with a sentence
-//! that says what to do, rather than every viewer failing its handshake later.
+//! that says what to do, rather than every viewer failing its handshake later. While it
+//! runs it warns as the certificate's end nears and after it, and reloads the certificate
+//! and key on SIGHUP (renewal without a restart).
 
+use crate::unpoisoned::unpoisoned;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use std::path::Path;
-use std::sync::Arc;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio_rustls::TlsAcceptor;
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
@@ -19,13 +24,281 @@ pub const EXPIRY_WARNING_DAYS: i64 = 30;
 const HOW_TO_MAKE_ONE: &str =
     "make one with `ostm-host cert create-ca` and `ostm-host cert create-host NAME...` (docs/tls.md)";
 
+/// The host's TLS: the acceptor new connections go through, and the identity it serves
+/// (reloaded on SIGHUP, watched for its end).
+#[derive(Clone)]
+pub struct HostTls {
+    pub acceptor: TlsAcceptor,
+    pub identity: Arc<Identity>,
+}
+
 /// An acceptor for the certificate chain in `cert` and the private key in `key` (PEM),
-/// once the first certificate of the chain has passed [`check_leaf`] at the current time.
+/// once the first certificate of the chain has passed [`check_leaf`] at the current time
+/// (a certificate near its end is served with a warning in the log). The certificate is
+/// chosen per handshake from the [`Identity`], so [`Identity::reload`] changes what new
+/// connections are served without a restart.
 ///
 /// # Errors
 /// A file cannot be read, holds no certificate or key, the certificate is one that
 /// viewers refuse, or the key is not the certificate's.
-pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
+pub fn acceptor(cert: &Path, key: &Path) -> Result<HostTls, String> {
+    let loaded = load(cert, key, unix_now())?;
+    if let Some(warning) = &loaded.warning {
+        tracing::warn!("{}: {warning}", cert.display());
+    }
+    let identity = Arc::new(Identity {
+        cert: cert.to_path_buf(),
+        key: key.to_path_buf(),
+        served: RwLock::new(Arc::new(loaded.served)),
+        changed: tokio::sync::Notify::new(),
+        refusals: Mutex::new(Refusals::default()),
+    });
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(identity.clone());
+    Ok(HostTls {
+        acceptor: TlsAcceptor::from(Arc::new(config)),
+        identity,
+    })
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Seconds since the Unix epoch, now.
+fn unix_now() -> i64 {
+    x509_parser::time::ASN1Time::now().timestamp()
+}
+
+/// How often at most a refused handshake because of an expired certificate is logged at
+/// warn (the others in between are counted in the next warning).
+pub const REFUSAL_WARNING_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How often a certificate within [`EXPIRY_WARNING_DAYS`] of its end, or past it, is
+/// warned about while the host serves it.
+const EXPIRY_WARNING_EVERY_SECS: i64 = 86_400;
+
+/// A certificate and key that passed the checks, as served.
+#[derive(Debug)]
+struct Served {
+    certified: Arc<CertifiedKey>,
+    /// The end of the certificate's validity (seconds since the Unix epoch).
+    not_after: i64,
+}
+
+/// What [`load`] read: the identity to serve, and a warning when its end is near.
+struct Loaded {
+    served: Served,
+    warning: Option<String>,
+}
+
+/// The refused handshakes since the last warning about them.
+#[derive(Debug, Default)]
+struct Refusals {
+    warned: Option<std::time::Instant>,
+    since: u64,
+}
+
+/// The certificate and key the host serves, read from its two files; a reload swaps them
+/// for new connections while connections already made go on.
+#[derive(Debug)]
+pub struct Identity {
+    cert: PathBuf,
+    key: PathBuf,
+    served: RwLock<Arc<Served>>,
+    /// Told on every reload that replaced the certificate (the expiry watch starts over).
+    changed: tokio::sync::Notify,
+    refusals: Mutex<Refusals>,
+}
+
+impl ResolvesServerCert for Identity {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.served().certified.clone())
+    }
+}
+
+impl Identity {
+    fn served(&self) -> Arc<Served> {
+        unpoisoned(self.served.read()).clone()
+    }
+
+    /// Reads the certificate and key files again (on SIGHUP) and, when they pass the
+    /// checks made at startup, serves them to every new connection, logging so at info
+    /// (and warning when the new certificate's end is near); when they do not, logs the
+    /// sentence at error and goes on serving the certificate loaded before.
+    pub fn reload(&self) {
+        let old = self.served();
+        match load(&self.cert, &self.key, unix_now()) {
+            Ok(loaded) => {
+                *unpoisoned(self.served.write()) = Arc::new(loaded.served);
+                *unpoisoned(self.refusals.lock()) = Refusals::default();
+                self.changed.notify_one();
+                tracing::info!(
+                    cert = %self.cert.display(),
+                    key = %self.key.display(),
+                    not_after = %utc(self.served().not_after),
+                    "reloaded the certificate {} and key {}: new connections are served it (valid until {})",
+                    self.cert.display(),
+                    self.key.display(),
+                    utc(self.served().not_after)
+                );
+                if let Some(warning) = loaded.warning {
+                    tracing::warn!("{}: {warning}", self.cert.display());
+                }
+            }
+            Err(why) => tracing::error!(
+                cert = %self.cert.display(),
+                key = %self.key.display(),
+                "cannot reload the certificate and key: {why}; still serving the certificate loaded before (valid until {})",
+                utc(old.not_after)
+            ),
+        }
+    }
+
+    /// Logs a refused TLS handshake: at warn, once per [`REFUSAL_WARNING_EVERY`] with the
+    /// number refused since, when the certificate served has expired or the viewer said
+    /// so (alert `certificate_expired`); at info otherwise.
+    pub fn refused(&self, e: &std::io::Error) {
+        let served = self.served();
+        let expired_alert = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .is_some_and(|r| {
+                matches!(
+                    r,
+                    rustls::Error::AlertReceived(rustls::AlertDescription::CertificateExpired)
+                )
+            });
+        let now = unix_now();
+        if !expired_alert && now <= served.not_after {
+            tracing::info!("refused: TLS handshake failed: {e}");
+            return;
+        }
+        let mut refusals = unpoisoned(self.refusals.lock());
+        refusals.since += 1;
+        if refusals
+            .warned
+            .is_some_and(|at| at.elapsed() < REFUSAL_WARNING_EVERY)
+        {
+            return;
+        }
+        let why = if now > served.not_after {
+            format!(
+                "the certificate {} expired on {} (it is now {}) and viewers refuse it",
+                self.cert.display(),
+                utc(served.not_after),
+                utc(now)
+            )
+        } else {
+            format!(
+                "viewers say the certificate {} has expired, though it is valid until {} here (it is now {}): check their clocks and this one's, or",
+                self.cert.display(),
+                utc(served.not_after),
+                utc(now)
+            )
+        };
+        tracing::warn!(
+            refused = refusals.since,
+            cert = %self.cert.display(),
+            not_after = %utc(served.not_after),
+            "refused {} TLS handshakes since the last warning (the last: {e}): {why}; {}",
+            refusals.since,
+            self.renew()
+        );
+        *refusals = Refusals {
+            warned: Some(std::time::Instant::now()),
+            since: 0,
+        };
+    }
+
+    /// What to do about a certificate at or near its end.
+    fn renew(&self) -> String {
+        format!(
+            "make a new one (`ostm-host cert create-host NAME...`, docs/tls.md), put it in {} and its key in {}, then send the host SIGHUP (`kill -HUP PID`) to serve it without a restart",
+            self.cert.display(),
+            self.key.display()
+        )
+    }
+
+    /// Warns while the host runs about the certificate it serves: once a day from
+    /// [`EXPIRY_WARNING_DAYS`] before its end (as at startup), and at its end; a reload
+    /// starts the watch over with the new certificate. Runs until dropped.
+    pub async fn watch_expiry(self: Arc<Self>) {
+        loop {
+            let served = self.served();
+            let now = unix_now();
+            let wait = if now <= served.not_after {
+                (served.not_after - now + 1).min(EXPIRY_WARNING_EVERY_SECS)
+            } else {
+                EXPIRY_WARNING_EVERY_SECS
+            };
+            let wait = std::time::Duration::from_secs(u64::try_from(wait).unwrap_or(1));
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.changed.notified() => continue,
+            }
+            let now = unix_now();
+            let left = served.not_after - now;
+            if left < 0 {
+                tracing::warn!(
+                    cert = %self.cert.display(),
+                    not_after = %utc(served.not_after),
+                    "{}: the certificate the host serves expired on {} (it is now {}): viewers refuse it; {}",
+                    self.cert.display(),
+                    utc(served.not_after),
+                    utc(now),
+                    self.renew()
+                );
+            } else if left < EXPIRY_WARNING_DAYS * 86_400 {
+                tracing::warn!(
+                    cert = %self.cert.display(),
+                    not_after = %utc(served.not_after),
+                    "{}: {}",
+                    self.cert.display(),
+                    expires_soon(served.not_after, now)
+                );
+            }
+        }
+    }
+}
+
+/// SIGHUP, watched from now on: it reloads the certificate and key rather than ending
+/// the process (register it before the host announces its address).
+///
+/// # Errors
+/// The signal cannot be watched.
+pub fn hangup() -> Result<tokio::signal::unix::Signal, String> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| format!("cannot watch SIGHUP (which reloads the certificate): {e}"))
+}
+
+/// Reloads `identity` on each SIGHUP and watches its end ([`Identity::watch_expiry`])
+/// until `stop` is cancelled.
+pub fn spawn_upkeep(
+    identity: Arc<Identity>,
+    mut hangup: tokio::signal::unix::Signal,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let watched = identity.clone();
+    tokio::spawn(async move {
+        let reloads = async {
+            while hangup.recv().await.is_some() {
+                identity.reload();
+            }
+        };
+        tokio::select! {
+            () = reloads => {}
+            () = watched.watch_expiry() => {}
+            () = stop.cancelled() => {}
+        }
+    });
+}
+
+/// Reads the chain in `cert` and the key in `key` (PEM) and checks them at `now`.
+fn load(cert: &Path, key: &Path, now: i64) -> Result<Loaded, String> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .map_err(|e| format!("cannot read the certificate {}: {e}", cert.display()))?
         .collect::<Result<_, _>>()
@@ -36,37 +309,35 @@ pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
             cert.display()
         ));
     };
-    let now = x509_parser::time::ASN1Time::now().timestamp();
-    if let Some(warning) =
-        check_leaf(leaf, now).map_err(|why| format!("{}: {why}", cert.display()))?
-    {
-        tracing::warn!("{}: {warning}", cert.display());
-    }
+    let warning = check_leaf(leaf, now).map_err(|why| format!("{}: {why}", cert.display()))?;
+    let not_after = X509Certificate::from_der(leaf)
+        .map(|(_, c)| c.validity().not_after.timestamp())
+        .map_err(|e| format!("{}: {e}", cert.display()))?;
     let private = PrivateKeyDer::from_pem_file(key).map_err(|e| {
         format!(
             "cannot read the private key {}: {e} (expected a PEM private key, e.g. -----BEGIN PRIVATE KEY-----)",
             key.display()
         )
     })?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .with_no_client_auth()
-        .with_single_cert(chain, private)
-        .map_err(|e| match e {
-            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => format!(
-                "the private key {} is not the key of the certificate {} (their public keys differ): pass the key that was made with this certificate (rustls: {e})",
-                key.display(),
-                cert.display()
-            ),
-            _ => format!(
-                "the certificate {} and key {} do not make a TLS identity: {e}",
-                cert.display(),
-                key.display()
-            ),
-        })?;
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    let certified = CertifiedKey::from_der(chain, private, &provider()).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => format!(
+            "the private key {} is not the key of the certificate {} (their public keys differ): pass the key that was made with this certificate (rustls: {e})",
+            key.display(),
+            cert.display()
+        ),
+        _ => format!(
+            "the certificate {} and key {} do not make a TLS identity: {e}",
+            cert.display(),
+            key.display()
+        ),
+    })?;
+    Ok(Loaded {
+        served: Served {
+            certified: Arc::new(certified),
+            not_after,
+        },
+        warning,
+    })
 }
 
 /// Checks a server certificate (DER) as a viewer will, at `now` (seconds since the Unix
@@ -132,14 +403,17 @@ pub fn check_leaf(der: &[u8], now: i64) -> Result<Option<String>, String> {
             ));
         }
     }
-    let left = until - now;
-    Ok((left < EXPIRY_WARNING_DAYS * 86_400).then(|| {
-        format!(
-            "the certificate expires on {} (in {} days): make a new one before then ({HOW_TO_MAKE_ONE})",
-            utc(until),
-            left / 86_400
-        )
-    }))
+    Ok((until - now < EXPIRY_WARNING_DAYS * 86_400).then(|| expires_soon(until, now)))
+}
+
+/// The warning about a certificate that ends at `until` within [`EXPIRY_WARNING_DAYS`] of
+/// `now`.
+fn expires_soon(until: i64, now: i64) -> String {
+    format!(
+        "the certificate expires on {} (in {} days): make a new one before then ({HOW_TO_MAKE_ONE}) and send the host SIGHUP to serve it without a restart",
+        utc(until),
+        (until - now) / 86_400
+    )
 }
 
 /// RFC 3339 in UTC (`2027-01-31T12:00:00Z`) for seconds since the Unix epoch.
@@ -226,6 +500,41 @@ mod tests {
             warning.contains("expires on 2025-06-11T00:00:00Z (in 10 days)"),
             "{warning}"
         );
+    }
+
+    /// Handshakes refused after the certificate's end are warned about once per
+    /// [`super::REFUSAL_WARNING_EVERY`], the ones in between counted for the next warning;
+    /// a reload starts the count over.
+    #[test]
+    fn refusals_after_the_end_are_warned_about_once_a_minute_and_counted() {
+        use super::{provider, Identity, Refusals, Served};
+        use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+        use std::sync::{Arc, Mutex, RwLock};
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        p.not_before = date_time_ymd(2020, 1, 1);
+        p.not_after = date_time_ymd(2021, 1, 1);
+        let der = p.self_signed(&key).unwrap().der().clone();
+        let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let certified = rustls::sign::CertifiedKey::from_der(vec![der], private, &provider());
+        let identity = Identity {
+            cert: "host.pem".into(),
+            key: "host.key".into(),
+            served: RwLock::new(Arc::new(Served {
+                certified: Arc::new(certified.unwrap()),
+                not_after: 1_609_459_200,
+            })),
+            changed: tokio::sync::Notify::new(),
+            refusals: Mutex::new(Refusals::default()),
+        };
+        let e = std::io::Error::other("alert received");
+        identity.refused(&e);
+        let first = identity.refusals.lock().unwrap().warned;
+        assert!(first.is_some());
+        identity.refused(&e);
+        identity.refused(&e);
+        let r = identity.refusals.lock().unwrap();
+        assert_eq!((r.warned, r.since), (first, 2), "counted, not warned again");
     }
 
     #[test]

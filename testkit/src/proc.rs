@@ -44,6 +44,8 @@ pub struct Proc {
     pumps: Vec<JoinHandle<()>>,
     /// The stdout lines read so far by [`Proc::line`] and its kin.
     pub seen: Vec<String>,
+    /// The stderr lines read so far by [`Proc::wait_err_line`].
+    pub seen_err: Vec<String>,
 }
 
 fn pump(r: impl Read + Send + 'static) -> (Receiver<String>, JoinHandle<()>) {
@@ -97,6 +99,7 @@ impl Proc {
             err,
             pumps: vec![a, b],
             seen: Vec::new(),
+            seen_err: Vec::new(),
         }
     }
 
@@ -135,6 +138,30 @@ impl Proc {
                 None => panic!(
                     "{}: no matching line on stdout; saw {:#?}",
                     self.label, self.seen
+                ),
+            }
+        }
+    }
+
+    /// Reads stderr lines (a log, read while the process runs) until one satisfies
+    /// `pred` and returns it.
+    ///
+    /// # Panics
+    /// No such line within [`LIMIT`], or stderr ended first.
+    pub fn wait_err_line(&mut self, mut pred: impl FnMut(&str) -> bool) -> String {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.err.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen_err.push(l.clone());
+                    if pred(&l) {
+                        return l;
+                    }
+                }
+                Err(_) => panic!(
+                    "{}: no matching line on stderr; saw {:#?}",
+                    self.label, self.seen_err
                 ),
             }
         }
@@ -215,7 +242,7 @@ impl Proc {
             stdout.push('\n');
         }
         let mut stderr = String::new();
-        for l in self.err.try_iter() {
+        for l in self.seen_err.iter().cloned().chain(self.err.try_iter()) {
             stderr.push_str(&l);
             stderr.push('\n');
         }

@@ -1,8 +1,11 @@
 //! TLS and secrets with the real binaries on 127.0.0.1: certificates made here (rcgen).
 //! A good certificate attaches and verifies; a wrong CA, a wrong name, a plaintext viewer
 //! against a TLS host and a TLS viewer against a plaintext host are each refused with a
-//! clear message and exit 2; the host refuses to serve an expired certificate. Tokens come
-//! from `--token-file` and `OSTM_TOKEN` on both ends and are refused past 255 bytes.
+//! clear message and exit 2; the host refuses to serve an expired certificate. A running
+//! host reloads its certificate and key on SIGHUP (keeping the old ones when the new files
+//! are bad), warns as its certificate's end nears and when it comes, and warns of the
+//! handshakes refused after it. Tokens come from `--token-file` and `OSTM_TOKEN` on both
+//! ends and are refused past 255 bytes.
 
 mod live_support;
 
@@ -36,13 +39,26 @@ fn ca(dir: &Path, name: &str) -> Ca {
 /// A leaf for `names` signed by `ca`, written as `NAME.crt` and `NAME.key`; `expired`
 /// dates it in the past.
 fn leaf(dir: &Path, ca: &Ca, file: &str, names: &[&str], expired: bool) -> (PathBuf, PathBuf) {
+    leaf_with(dir, ca, file, names, |params| {
+        if expired {
+            params.not_before = date_time_ymd(2020, 1, 1);
+            params.not_after = date_time_ymd(2021, 1, 1);
+        }
+    })
+}
+
+/// A leaf for `names` signed by `ca`, its parameters `edit`ed first.
+fn leaf_with(
+    dir: &Path,
+    ca: &Ca,
+    file: &str,
+    names: &[&str],
+    edit: impl FnOnce(&mut CertificateParams),
+) -> (PathBuf, PathBuf) {
     let key = KeyPair::generate().unwrap();
     let mut params =
         CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-    if expired {
-        params.not_before = date_time_ymd(2020, 1, 1);
-        params.not_after = date_time_ymd(2021, 1, 1);
-    }
+    edit(&mut params);
     let cert = params.signed_by(&key, &ca.issuer).unwrap();
     let (c, k) = (
         dir.join(format!("{file}.crt")),
@@ -253,4 +269,144 @@ fn tokens_come_from_a_file_or_the_environment_and_are_at_most_255_bytes() {
         "{}",
         stderr(&o)
     );
+}
+
+/// A log line's level and message.
+fn logged(v: &serde_json::Value, level: &str, has: &[&str]) -> bool {
+    let msg = v["fields"]["message"].as_str().unwrap_or_default();
+    v["level"] == level && has.iter().all(|h| msg.contains(h))
+}
+
+/// `ostm-host ARGS`, which must succeed.
+#[track_caller]
+fn host_ok(args: &[&str]) {
+    let o = run(Command::new(host_bin()).args(args));
+    assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+}
+
+/// `check ADDR` trusting `ca` verifies a few steps.
+#[track_caller]
+fn verified(addr: &str, ca: &Path) {
+    let out = viewer(&["check", addr, "--steps", "5", "--tls-ca", s(ca)]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+}
+
+#[test]
+fn a_running_host_reloads_its_certificate_on_sighup_and_warns_of_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (old, new, live) = (d.join("old"), d.join("new"), d.join("live"));
+    // The first certificate, for one day: a host serves it with a warning.
+    host_ok(&[
+        "cert",
+        "create-ca",
+        "--certs-dir",
+        s(&old),
+        "--name",
+        "old CA",
+    ]);
+    host_ok(&[
+        "cert",
+        "create-host",
+        "127.0.0.1",
+        "--certs-dir",
+        s(&old),
+        "--days",
+        "1",
+    ]);
+    std::fs::create_dir(&live).unwrap();
+    let (cert, key) = (live.join("host.pem"), live.join("host.key"));
+    let install = |from: &Path, to: &Path| std::fs::copy(from, to).map(drop).unwrap();
+    install(&old.join("host.pem"), &cert);
+    install(&old.join("host.key"), &key);
+    let mut host = Host::start(&[
+        "--rate",
+        "200",
+        "--status-ms",
+        "0",
+        "--log-format",
+        "json",
+        "--tls-cert",
+        s(&cert),
+        "--tls-key",
+        s(&key),
+    ]);
+    host.wait_log(|v| logged(v, "WARN", &["the certificate expires on", "SIGHUP"]));
+    verified(&host.addr, &old.join("ca.pem"));
+
+    // Renewed by another CA: in place, then SIGHUP. New connections get the new one (a
+    // viewer that trusts only the new CA verifies; one that trusts only the old is
+    // refused), and the host goes on running.
+    host_ok(&[
+        "cert",
+        "create-ca",
+        "--certs-dir",
+        s(&new),
+        "--name",
+        "new CA",
+    ]);
+    host_ok(&["cert", "create-host", "127.0.0.1", "--certs-dir", s(&new)]);
+    install(&new.join("host.pem"), &cert);
+    install(&new.join("host.key"), &key);
+    host.signal("HUP");
+    let reloaded = host.wait_log(|v| logged(v, "INFO", &["reloaded the certificate"]));
+    assert_eq!(reloaded["fields"]["cert"], s(&cert), "{reloaded}");
+    verified(&host.addr, &new.join("ca.pem"));
+    refused(
+        &host.addr,
+        &["--tls-ca", s(&old.join("ca.pem"))],
+        &["not signed by a CA this viewer trusts"],
+    );
+
+    // A reload of files that are not a certificate keeps the one served, and says which
+    // file is wrong.
+    std::fs::write(&cert, "not a certificate\n").unwrap();
+    host.signal("HUP");
+    let error = host.wait_log(|v| logged(v, "ERROR", &["cannot reload the certificate"]));
+    let msg = error["fields"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(s(&cert)) && msg.contains("still serving the certificate loaded before"),
+        "{msg}"
+    );
+    verified(&host.addr, &new.join("ca.pem"));
+
+    // A certificate that ends in a few seconds (with margin for a loaded machine): served
+    // after SIGHUP with the warning, then warned about when it ends, and the handshakes
+    // viewers refuse after that are warned about with what to do.
+    let short_ca = ca(d, "short-ca");
+    let end = time::OffsetDateTime::now_utc() + time::Duration::seconds(25);
+    let (c, k) = leaf_with(d, &short_ca, "short", &["127.0.0.1"], |p| p.not_after = end);
+    install(&c, &cert);
+    install(&k, &key);
+    host.signal("HUP");
+    host.wait_log(|v| logged(v, "INFO", &["reloaded the certificate"]));
+    verified(&host.addr, &short_ca.pem);
+    host.wait_log(|v| {
+        logged(
+            v,
+            "WARN",
+            &[
+                "the certificate the host serves expired on",
+                "viewers refuse it",
+                "SIGHUP",
+            ],
+        )
+    });
+    refused(
+        &host.addr,
+        &["--tls-ca", s(&short_ca.pem)],
+        &["the host's certificate has expired"],
+    );
+    let warned = host.wait_log(|v| {
+        logged(
+            v,
+            "WARN",
+            &[
+                "TLS handshakes since the last warning",
+                "expired on",
+                "kill -HUP",
+            ],
+        )
+    });
+    assert_eq!(warned["fields"]["refused"], 1, "{warned}");
 }

@@ -109,6 +109,15 @@ impl Host {
         panic!("no matching status line; saw {:?}", self.proc.seen);
     }
 
+    /// Reads the host's log (started with `--log-format json`) until a line satisfies
+    /// `pred`, and returns it.
+    pub fn wait_log(&mut self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let line = self.proc.wait_err_line(|l| {
+            serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| pred(&v))
+        });
+        serde_json::from_str(&line).expect("a JSON log line")
+    }
+
     /// Waits for the host to exit; returns its status, its last stdout line and its stderr.
     pub fn wait(self) -> (ExitStatus, String, String) {
         let out = self.proc.finish();
