@@ -4,7 +4,8 @@
 
 use crate::live::bundle::BundleTo;
 use crate::live::network::Dial;
-use crate::live::session::{self, NatsOptions, Options, RecordTo, VerifierOptions};
+use crate::live::session::{self, NatsOptions, Options, RecordTo, SpoolOptions, VerifierOptions};
+use crate::live::spool as spooling;
 use crate::live::tls::TlsArgs;
 use crate::metrics::Metrics;
 use ostm_protocol::session::Goal;
@@ -42,7 +43,8 @@ block, then a status line `host step H | verified N | lag L | R steps/s` (rewrit
 place on a terminal, once a second otherwise; lag = the host step last heard of minus the
 viewer's verified step; `| resyncs R` once there was one), `resync: ...` lines (at most
 one a second, counting the others; --json prints every resync), a `resyncs: R (...)`
-summary, `recorded FILE (...)` per file, and a last
+summary, `recorded FILE (...)` per file (and `recorded steps A to B only: ...` when the
+recording stopped before the viewer did), and a last
 `ok: ...`, `stopped: ...`, drift report, or `error: ...` (on stderr).
 With --tui the session is drawn on the terminal (stderr) instead: the world, the status,
 a strip of recent steps (█ verified, ░ not seen, ▓ drift), the event lines, and on drift
@@ -107,6 +109,20 @@ pub struct AttachArgs {
     /// the viewer; on a machine busy with other work, a lower value verifies sooner.
     #[arg(long, value_name = "N", default_value_t = session::VERIFIER_NICENESS, value_parser = clap::value_parser!(i32).range(0..=19))]
     pub verifier_nice: i32,
+    /// Where records received and not yet verified spill beyond the 8 MiB held in memory:
+    /// an unlinked file (no `ls` or `du` shows it) in DIR. Default: the recording's
+    /// directory, else the system's temporary directory ($TMPDIR, else /tmp).
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// The most that file may take (K, M, G, T: powers of 1024, e.g. 512M). When a record
+    /// would pass it, the viewer drops the connection, verifies what it holds, and joins
+    /// the host again at its step, as after a lost connection: the steps between are a
+    /// gap, reported and counted, and a recording continues in the next numbered file.
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = spooling::parse_size)]
+    pub spool_max: u64,
+    /// Test only: hold at most this many bytes of records in memory (8M by default).
+    #[arg(long, hide = true, value_name = "SIZE", value_parser = spooling::parse_size)]
+    pub spool_memory: Option<u64>,
     /// Draw the session in the terminal instead of printing lines: the world (2D from the
     /// side, 3D from above), the status, a strip of recent steps (verified, not seen,
     /// drift) and, on drift, the report with the body marked until q. q or Ctrl-C stops;
@@ -138,6 +154,12 @@ impl AttachArgs {
         if let Some(path) = &self.recording.record {
             ostm_protocol::format::recording::check_target(path, self.recording.force)?;
         }
+        if let Some(dir) = self.spool_dir.as_ref().filter(|d| !d.is_dir()) {
+            return Err(format!(
+                "--spool-dir {}: expected a directory that exists",
+                dir.display()
+            ));
+        }
         Ok(Options {
             goal: Goal {
                 steps: self.steps,
@@ -153,6 +175,15 @@ impl AttachArgs {
                 throttle: self.throttle,
                 fields: self.fields,
                 fields_at: self.fields_at.iter().copied().collect(),
+            },
+            spool: SpoolOptions {
+                dir: self.spool_dir.clone(),
+                limits: spooling::Limits {
+                    memory: self.spool_memory.map_or(spooling::MEMORY_BYTES, |m| {
+                        usize::try_from(m).unwrap_or(usize::MAX)
+                    }),
+                    disk: self.spool_max,
+                },
             },
             ..host
         })

@@ -4,7 +4,7 @@
 //! connects again after a lost connection (docs/protocol.md, "Reconnecting").
 
 use super::shared::{Ended, Shared, DRIFT_REPLY_TIMEOUT, HOST_CLOSED, NATS_READER_STOPPED};
-use super::spool::{Item, Spool};
+use super::spool::{Full, Item, Spool};
 use super::tls::{explain, Tls};
 use super::watermark::{self, Watermark};
 use bytes::BytesMut;
@@ -301,6 +301,9 @@ pub enum Lost {
     GaveUp { secs: u64, why: Box<Lost> },
     #[error("cannot spool the host's records to disk: {0}")]
     Spool(std::io::Error),
+    /// The spool's bound (`--spool-max`) reached: a [`Full`].
+    #[error("{0}")]
+    SpoolBound(std::io::Error),
     #[error("cannot spool the host's end message")]
     SpoolEnd,
     #[error("the host closed the connection without an end message")]
@@ -406,6 +409,14 @@ impl Reader {
             let again = self.dial.reconnect.is_some();
             match ended {
                 Ended::Cancelled => return,
+                // The spool's bound (`--spool-max`): join again at the host's step once
+                // the verifier has taken what was spooled, as after a lost connection.
+                Ended::Broken(Lost::Spool(e)) if Full::is(&e) => {
+                    self.lost(Lost::SpoolBound(e), false);
+                    if !self.spool_drained().await {
+                        return;
+                    }
+                }
                 Ended::Broken(why) => return self.lost(why, true),
                 Ended::End(e) if !(again && reconnects_after(&e)) => return,
                 Ended::End(_) => {}
@@ -414,6 +425,18 @@ impl Reader {
             }
             failing_since = Some(Instant::now());
         }
+    }
+
+    /// Waits until the verifier has taken everything in the spool's file; false when the
+    /// session was cancelled first.
+    async fn spool_drained(&self) -> bool {
+        while !self.spool.disk_drained() {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return false,
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+        true
     }
 
     /// Reads one connection's stream into the spool, and sends heartbeats and the

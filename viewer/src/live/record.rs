@@ -44,7 +44,7 @@ pub struct Unfinished {
 pub struct Finished {
     pub files: Vec<Written>,
     pub unfinished: Vec<Unfinished>,
-    pub error: Option<String>,
+    pub error: Option<io::Error>,
 }
 
 /// The recording in progress.
@@ -166,7 +166,7 @@ impl Recording {
     /// left for `recover` and why.
     pub fn finish(mut self) -> Finished {
         let error = match self.current {
-            Some(_) => self.close().err().map(|e| e.to_string()),
+            Some(_) => self.close().err(),
             None => None,
         };
         Finished {
@@ -244,7 +244,7 @@ mod tests {
         let mut r = Recording::start(&base, &world(), Durability::default(), false).unwrap();
         assert_eq!(r.resync(&world()).unwrap(), dir.path().join("s.3.ostm"));
         let done = r.finish();
-        assert_eq!(done.error, None);
+        assert!(done.error.is_none());
         let names: Vec<_> = done.files.iter().map(|w| w.path.clone()).collect();
         assert_eq!(names, [base.clone(), dir.path().join("s.3.ostm")]);
         assert_eq!(

@@ -10,7 +10,7 @@ use super::network::{Dial, Network};
 use super::record::{Recording, Unfinished, Written};
 pub use super::shared::Interrupt;
 use super::shared::Shared;
-use super::spool::{Backlog, Item, Spool};
+use super::spool::{self as spooling, Backlog, Item, Spool};
 use ostm_protocol::format::recording::{check_target, Durability};
 use ostm_protocol::session::{self, Goal, Input, Limits, Restart, Transmit, Verifier};
 pub use ostm_protocol::session::{Failure, Gap, Stop};
@@ -50,6 +50,16 @@ pub struct Options {
     pub frames: Option<FrameRequest>,
     /// Stops the session as Ctrl-C does (a view's quit key).
     pub interrupt: Interrupt,
+    /// Where the spool's file goes (`--spool-dir`), and its bounds (`--spool-max`).
+    pub spool: SpoolOptions,
+}
+
+/// Where the spool's file goes and how much it may hold.
+#[derive(Debug, Clone, Default)]
+pub struct SpoolOptions {
+    /// `--spool-dir`: else beside the recording, else the system's temporary directory.
+    pub dir: Option<PathBuf>,
+    pub limits: spooling::Limits,
 }
 
 /// How the session reads a session on NATS.
@@ -292,9 +302,13 @@ impl Around {
     }
 }
 
-/// Where the spool's file goes: beside the recording, else the temporary directory.
-fn spool_dir(record: Option<&Path>) -> PathBuf {
-    match record.and_then(Path::parent) {
+/// Where the spool's file goes: `--spool-dir`, else beside the recording, else the
+/// temporary directory.
+fn spool_dir(opts: &Options) -> PathBuf {
+    if let Some(d) = &opts.spool.dir {
+        return d.clone();
+    }
+    match opts.record_path().and_then(Path::parent) {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         Some(_) => PathBuf::from("."),
         None => std::env::temp_dir(),
@@ -341,7 +355,7 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
             "--from-step needs a session on NATS (nats://HOST:PORT/NAME): a TCP host streams from its current step".into(),
         );
     }
-    let spool = Arc::new(Spool::new(&spool_dir(opts.record_path())));
+    let spool = Arc::new(Spool::new(&spool_dir(opts), opts.spool.limits));
     let shared = Arc::new(Shared {
         interrupted: opts.interrupt.clone(),
         ..Shared::default()
@@ -531,7 +545,10 @@ impl Driver<'_> {
                 self.around.throttle(self.opts);
                 if let Some(rec) = self.around.recording.as_mut() {
                     if let Err(e) = rec.push(r.input, hash) {
-                        self.core.fail(format!("cannot write the recording: {e}"));
+                        self.core.fail(format!(
+                            "cannot write the recording: {e}{}",
+                            self.spool.disk_note(&e)
+                        ));
                     }
                 }
             }
@@ -622,19 +639,23 @@ impl Driver<'_> {
         events: &mut impl FnMut(Event<'_>),
     ) {
         let world = self.core.world();
-        let file = match self.around.recording.as_mut().map(|r| r.resync(world)) {
+        // A recording that cannot go on stops the session, after the gap is told: the
+        // steps it passed over are named whatever became of the file.
+        let (file, broke) = match self.around.recording.as_mut().map(|r| r.resync(world)) {
             Some(Err(e)) => {
                 let after = match cause {
                     Restart::Resync => "a resync",
                     Restart::Reconnect(_) => "reconnecting",
                     Restart::Rejoin(_) => "a gap",
                 };
-                self.core
-                    .fail(format!("cannot continue the recording after {after}: {e}"));
-                return;
+                let why = format!(
+                    "cannot continue the recording after {after}: {e}{}",
+                    self.spool.disk_note(&e)
+                );
+                (None, Some(why))
             }
-            Some(Ok(p)) => Some(p),
-            None => None,
+            Some(Ok(p)) => (Some(p), None),
+            None => (None, None),
         };
         self.shared.viewer_step.store(to, Ordering::Relaxed);
         let why = match &cause {
@@ -661,6 +682,10 @@ impl Driver<'_> {
                 format!("steps {from} to {to} never came")
             }
         };
+        if let Some(why) = broke {
+            self.core.fail(why);
+            return;
+        }
         self.around
             .reached(self.opts, self.core.world(), &why, events);
     }
@@ -682,7 +707,10 @@ impl Driver<'_> {
         self.ticker.next_status = Instant::now() + STATUS_EVERY;
         if let Some(rec) = self.around.recording.as_mut() {
             if let Err(e) = rec.tick() {
-                self.core.fail(format!("cannot write the recording: {e}"));
+                self.core.fail(format!(
+                    "cannot write the recording: {e}{}",
+                    self.spool.disk_note(&e)
+                ));
                 return;
             }
         }
@@ -757,9 +785,12 @@ impl Driver<'_> {
             let done = r.finish();
             out.files = done.files;
             out.unfinished = done.unfinished;
-            out.record_error = done
-                .error
-                .map(|e| format!("cannot finish the recording: {e}"));
+            out.record_error = done.error.map(|e| {
+                format!(
+                    "cannot finish the recording: {e}{}",
+                    self.spool.disk_note(&e)
+                )
+            });
         }
         out
     }

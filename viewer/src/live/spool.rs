@@ -5,7 +5,10 @@
 //!
 //! The reader pushes every message as it arrives and never waits for the verifier;
 //! the verifier pops them in order. At most [`MEMORY_BYTES`] of records are held in
-//! memory; further records go to the file, and come back from it in order.
+//! memory; further records go to the file, and come back from it in order. The file is
+//! bounded ([`Limits::disk`], `--spool-max`): a record that would take it past its bound
+//! is refused with [`Full`], and the reader then joins the host again once the verifier has
+//! caught up (a gap, never a silent loss).
 
 use bytes::Bytes;
 use ostm_protocol::wire::{End, Record, RecordRun, Welcome};
@@ -14,7 +17,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -22,6 +25,100 @@ use std::time::Duration;
 pub const MEMORY_BYTES: usize = 8 * 1024 * 1024;
 /// What one record costs in memory beyond its input bytes, for the bound above.
 pub const RECORD_OVERHEAD: usize = 64;
+/// The spill file's bound by default (`--spool-max`): 1 GiB.
+pub const DEFAULT_DISK_BYTES: u64 = 1 << 30;
+
+/// How much the spool may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Records in memory, in bytes ([`MEMORY_BYTES`]; smaller only in tests).
+    pub memory: usize,
+    /// The spill file's size at most, in bytes (`--spool-max`).
+    pub disk: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            memory: MEMORY_BYTES,
+            disk: DEFAULT_DISK_BYTES,
+        }
+    }
+}
+
+/// A record refused because the spill file would pass its bound (`--spool-max`).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the viewer's spool of records not yet verified reached --spool-max {} (an unlinked file in {}), {records} records behind the host",
+    size_text(*.max),
+    .dir.display()
+)]
+pub struct Full {
+    pub max: u64,
+    pub dir: PathBuf,
+    /// Records waiting then, in memory and on disk.
+    pub records: u64,
+}
+
+impl Full {
+    /// `e` is a [`Full`]: the bound was reached, no write failed.
+    pub fn is(e: &io::Error) -> bool {
+        e.get_ref().is_some_and(|i| i.is::<Full>())
+    }
+}
+
+/// A size in bytes as people read it: `20.5 MiB (21495808 bytes)`, `512 bytes`.
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (unit, size) in UNITS {
+        if bytes >= size {
+            return format!("{:.1} {unit} ({bytes} bytes)", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+/// Parses a size: a whole number of bytes, or a number (with a fraction) followed by `K`,
+/// `M`, `G` or `T` (optionally `KiB`, `MiB`, … or `KB`, `MB`, …; every unit a power of
+/// 1 024; case and a space before the unit do not matter): `1G`, `512MiB`, `1.5 GB`.
+///
+/// # Errors
+/// A sentence naming the text and what was expected.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = (&t[..split], t[split..].trim().to_ascii_lowercase());
+    let shift = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => u32::MAX,
+    };
+    let expected =
+        || format!("expected a size such as 1G, 512M, 64K or a number of bytes, found {text:?}");
+    if shift == u32::MAX || num.is_empty() {
+        return Err(expected());
+    }
+    if let Ok(n) = num.parse::<u64>() {
+        return n.checked_mul(1u64 << shift).ok_or_else(expected);
+    }
+    match num.parse::<f64>() {
+        Ok(x) if x.is_finite() && x * ((1u64 << shift) as f64) < u64::MAX as f64 => {
+            Ok((x * (1u64 << shift) as f64) as u64)
+        }
+        _ => Err(expected()),
+    }
+}
+
 /// The file is written and read in pieces of this size.
 const CHUNK: usize = 256 * 1024;
 
@@ -80,14 +177,23 @@ struct Inner {
 }
 
 impl Inner {
-    fn push(&mut self, dir: &Path, item: Item) -> io::Result<()> {
+    fn push(&mut self, dir: &Path, limits: Limits, item: Item) -> io::Result<()> {
         let Some((cost, records)) = cost(&item) else {
             self.queue.push_back(Entry::Item(item));
             return Ok(());
         };
         let spilling = matches!(self.queue.back(), Some(Entry::OnDisk(_)));
-        if spilling || self.mem_bytes + cost > MEMORY_BYTES {
-            self.disk.append(dir, &item)?;
+        if spilling || self.mem_bytes + cost > limits.memory {
+            if self.disk.size() + disk_bytes(&item) > limits.disk {
+                return Err(io::Error::other(Full {
+                    max: limits.disk,
+                    dir: dir.to_path_buf(),
+                    records: self.records,
+                }));
+            }
+            self.disk
+                .append(dir, &item)
+                .map_err(|e| self.disk.failed(dir, e))?;
             self.on_disk += records;
             match self.queue.back_mut() {
                 Some(Entry::OnDisk(n)) => *n += 1,
@@ -137,6 +243,15 @@ impl Inner {
     }
 }
 
+/// The bytes an item takes in the spill file.
+fn disk_bytes(item: &Item) -> u64 {
+    match item {
+        Item::Record(r) => (RECORD_HEAD + r.input.len()) as u64,
+        Item::Records(run) => (RUN_HEAD + run.frames().len()) as u64,
+        _ => 0,
+    }
+}
+
 /// What a record item costs the memory bound, and the records it carries; `None` for
 /// other items.
 fn cost(item: &Item) -> Option<(usize, u64)> {
@@ -169,7 +284,8 @@ struct Disk {
 pub struct Spool {
     inner: Mutex<Inner>,
     ready: Condvar,
-    dir: std::path::PathBuf,
+    dir: PathBuf,
+    limits: Limits,
 }
 
 /// How many records are waiting, and how many of them are on disk.
@@ -183,7 +299,7 @@ pub struct Backlog {
 
 impl Spool {
     /// A spool whose spill file, once needed, is an unlinked temporary file in `dir`.
-    pub fn new(dir: &Path) -> Spool {
+    pub fn new(dir: &Path, limits: Limits) -> Spool {
         Spool {
             inner: Mutex::new(Inner {
                 queue: VecDeque::new(),
@@ -206,6 +322,7 @@ impl Spool {
             }),
             ready: Condvar::new(),
             dir: dir.to_path_buf(),
+            limits,
         }
     }
 
@@ -229,7 +346,7 @@ impl Spool {
         let mut g = self.lock();
         let inner = &mut *g;
         for item in items.drain(..) {
-            inner.push(&self.dir, item)?;
+            inner.push(&self.dir, self.limits, item)?;
         }
         let wake = inner.waiting;
         drop(g);
@@ -289,6 +406,29 @@ impl Spool {
         Ok(moved)
     }
 
+    /// What to add to `e`, a failed write of the recording, when the disk is full: how much
+    /// the spool's file (which no `ls` shows) held, and where.
+    pub fn disk_note(&self, e: &io::Error) -> String {
+        if !matches!(
+            e.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+        ) {
+            return String::new();
+        }
+        format!(
+            "; the spool of records not yet verified held {} of it, an unlinked file in {} (--spool-dir puts it elsewhere, --spool-max bounds it)",
+            size_text(self.lock().disk.size()),
+            self.dir.display()
+        )
+    }
+
+    /// Nothing waits in the spill file: the verifier has taken all of it (or none was
+    /// spilled), and the file is empty again.
+    pub fn disk_drained(&self) -> bool {
+        let g = self.lock();
+        g.disk_runs == 0
+    }
+
     /// Records waiting now.
     pub fn backlog(&self) -> Backlog {
         let g = self.lock();
@@ -308,6 +448,24 @@ const RECORD_HEAD: usize = 1 + 8 + 8 + 2;
 const RUN_HEAD: usize = 1 + 8 + 8 + 8 + 4;
 
 impl Disk {
+    /// The file's size, with what is still to be written to it.
+    fn size(&self) -> u64 {
+        self.written + self.pending.len() as u64
+    }
+
+    /// `e`, a failed write to the file, saying how much it held and where.
+    fn failed(&self, dir: &Path, e: io::Error) -> io::Error {
+        let why = ostm_protocol::format::recording::why_io(&e);
+        io::Error::new(
+            e.kind(),
+            format!(
+                "{e}{why}; the spool of records not yet verified held {}, an unlinked file in {} (--spool-dir puts it elsewhere, --spool-max bounds it)",
+                size_text(self.size()),
+                dir.display()
+            ),
+        )
+    }
+
     fn append(&mut self, dir: &Path, item: &Item) -> io::Result<()> {
         if self.file.is_none() {
             self.file = Some(tempfile::tempfile_in(dir)?);
@@ -447,7 +605,7 @@ mod tests {
     #[test]
     fn records_spill_to_disk_and_come_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::new(dir.path());
+        let spool = Spool::new(dir.path(), Limits::default());
         let n = 40_000u64;
         let mut popped = 0u64;
         let mut expect = 0u64;
@@ -508,7 +666,7 @@ mod tests {
         use bytes::BytesMut;
         use ostm_protocol::wire::{Codec, ToViewer, ViewerCodec};
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::new(dir.path());
+        let spool = Spool::new(dir.path(), Limits::default());
         let mut codec = ViewerCodec::new("host");
         let mut step = 0u64;
         let mut runs = Vec::new();
@@ -552,10 +710,65 @@ mod tests {
         assert_eq!(spool.backlog().records, 0);
     }
 
+    /// Past its bound the file takes no more records: the push says so (a [`Full`], naming
+    /// the bound and the directory), nothing of the record is kept, and once the verifier
+    /// has taken what was on disk the spool takes records again.
+    #[test]
+    fn the_spill_file_is_bounded_and_takes_records_again_once_drained() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            memory: 4 * 1024,
+            disk: 64 * 1024,
+        };
+        let spool = Spool::new(dir.path(), limits);
+        let mut step = 0;
+        let e = loop {
+            match spool.push(Item::Record(record(step, 100))) {
+                Ok(()) => step += 1,
+                Err(e) => break e,
+            }
+            assert!(step < 10_000, "the bound was never reached");
+        };
+        assert!(Full::is(&e), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("--spool-max 64.0 KiB (65536 bytes)")
+                && text.contains(&dir.path().display().to_string()),
+            "{text}"
+        );
+        assert!(spool.lock().disk.size() <= limits.disk);
+        assert_eq!(spool.backlog().records, step);
+        assert!(!spool.disk_drained());
+        for s in 0..step {
+            match spool.pop(Duration::ZERO).unwrap() {
+                Some(Item::Record(r)) => assert_eq!(r.step, s),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(spool.disk_drained());
+        spool.push(Item::Record(record(step, 100))).unwrap();
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5 gb"), Ok(3 << 29));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert_eq!(parse_size("0"), Ok(0));
+        for bad in ["", "G", "1X", "-1M", "99999999999T"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(e.contains("expected a size such as 1G"), "{bad}: {e}");
+        }
+        assert_eq!(size_text(512), "512 bytes");
+        assert_eq!(size_text(3 << 19), "1.5 MiB (1572864 bytes)");
+    }
+
     #[test]
     fn a_closed_empty_spool_returns_at_once() {
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::new(dir.path());
+        let spool = Spool::new(dir.path(), Limits::default());
         spool.close();
         assert!(spool.pop(Duration::from_secs(600)).unwrap().is_none());
     }

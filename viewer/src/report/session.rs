@@ -306,6 +306,10 @@ pub fn finish(args: &AttachArgs, outcome: &Outcome, lines: Lines) -> Exit {
     let (exit, plain, mut obj) = verdict(outcome);
     let bundle = drift_bundle(outcome, &args.bundle, args.recording.record.as_deref());
     obj["event"] = "end".into();
+    obj["recorded"] = match recorded_span(outcome) {
+        Some((from, to)) => serde_json::json!({"from": from, "to": to}),
+        None => serde_json::Value::Null,
+    };
     add_bundle_json(&mut obj, bundle.as_ref());
     if lines.json {
         out(&obj.to_string());
@@ -333,6 +337,9 @@ pub fn finish(args: &AttachArgs, outcome: &Outcome, lines: Lines) -> Exit {
                 u.part.display()
             ));
         }
+        if let Some(line) = recorded_short(outcome) {
+            out(&line);
+        }
         if exit == Exit::Failure {
             eprintln!("error: {plain}");
         } else {
@@ -346,6 +353,31 @@ pub fn finish(args: &AttachArgs, outcome: &Outcome, lines: Lines) -> Exit {
     }
     super::log::end(&args.addr, &obj);
     exit
+}
+
+/// The steps the recording's files hold, finished or left for `recover`: from the first
+/// file's start to the last step any of them reaches; `None` without a recording.
+pub fn recorded_span(o: &Outcome) -> Option<(u64, u64)> {
+    let spans = o
+        .files
+        .iter()
+        .map(|w| (w.start_step, w.steps))
+        .chain(o.unfinished.iter().map(|u| (u.start_step, u.steps)));
+    spans
+        .map(|(start, steps)| (start, start.saturating_add(u64::from(steps))))
+        .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
+}
+
+/// When the recording stopped before the viewer's world did (a write that failed), the
+/// line that says where: the verdict's range is then not what the files hold.
+fn recorded_short(o: &Outcome) -> Option<String> {
+    let (from, to) = recorded_span(o)?;
+    (to < o.step).then(|| {
+        format!(
+            "recorded steps {from} to {to} only: the recording stopped there, and the steps from {to} to {} are in no file",
+            o.step
+        )
+    })
 }
 
 /// Writes the drift bundle when the session stopped on drift, unless `--no-bundle`: to
