@@ -103,7 +103,7 @@ impl ViewerMetrics {
                 Self::add(&self.unverified, gap.steps().unwrap_or(0));
                 self.started(file);
             }
-            Event::Fields { .. } | Event::Frame { .. } => {}
+            Event::Fields { .. } | Event::Frame { .. } | Event::Missing { .. } => {}
         }
     }
 

@@ -633,6 +633,69 @@ fn the_keyframe_after_dropped_steps_closes_the_gap_and_the_verdict_names_it() {
         "a gap event as it happens: {}",
         stdout(&out)
     );
+    // Nothing was lost in flight and nothing reconnects: no `lost`, no wait to say.
+    assert!(
+        !stdout(&out)
+            .lines()
+            .any(|l| json(l)["event"] == "lost" || json(l)["event"] == "missing"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// A message lost in flight (records 5 and 6): the next record (7) says at once that the
+/// viewer waits for the next keyframe (not that it connects again: nothing reconnects),
+/// and the keyframe of 10 closes the gap 5..10.
+#[test]
+fn a_message_lost_in_flight_says_the_viewer_waits_for_the_next_keyframe() {
+    let nats = Nats::start();
+    let (key0, recs) = honest(14);
+    let key10 = frame(&ToViewer::Snapshot {
+        kind: SnapshotKind::Attach,
+        world: default_world_at(10),
+    });
+    let s = |leaf: &str| format!("ostm.hole.{leaf}");
+    let mut msgs = vec![(s("key"), key0)];
+    msgs.extend(recs[..5].iter().map(|r| (s("rec"), r.clone())));
+    msgs.push((s("rec"), recs[7..10].concat()));
+    msgs.push((s("key"), key10));
+    msgs.push((s("rec"), recs[10..14].concat()));
+    msgs.push((s("end"), end_frame(14)));
+    publish(&nats, "hole", msgs);
+    let addr = format!("{}/hole", nats.url());
+    let waiting = "steps from 5 are not on the stream OSTM_hole (its next record is of step 7); waiting for its next keyframe";
+    let out = viewer(&["attach", &addr, "--from-step", "0", "--json"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let events: Vec<serde_json::Value> = stdout(&out).lines().map(json).collect();
+    let missing: Vec<_> = events.iter().filter(|e| e["event"] == "missing").collect();
+    assert_eq!(
+        missing,
+        [&serde_json::json!({"event": "missing", "step": 5, "why": waiting})],
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        !events.iter().any(|e| e["event"] == "lost"),
+        "no lost connection: {}",
+        stdout(&out)
+    );
+    let gap = events.iter().find(|e| e["event"] == "gap").expect("a gap");
+    assert_eq!(
+        (&gap["from"], &gap["to"], &gap["why"]),
+        (
+            &5.into(),
+            &10.into(),
+            &"steps 5..10 are not on the stream OSTM_hole; continuing from its keyframe at step 10"
+                .into()
+        ),
+        "{gap}"
+    );
+    assert_eq!(end_object(&out)["verified"], 9, "0..5 and 10..14");
+    // And in words.
+    let out = viewer(&["attach", &addr, "--from-step", "0"]);
+    let text = stdout(&out);
+    assert!(text.contains(&format!("missing: {waiting}\n")), "{text}");
+    assert!(!text.contains("connecting again"), "{text}");
 }
 
 /// A gap no keyframe closed before the end: the verdict names the steps never verified.

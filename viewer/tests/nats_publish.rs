@@ -185,6 +185,48 @@ fn arguments_are_checked_before_anything_is_announced() {
     }
 }
 
+/// One rule for a session name, one sentence for its refusal (docs/fan-out.md, "Subjects
+/// and stream"): the host's `--session` and the viewer's address given the same bad name
+/// print the same sentence, each after the input that gave it, exit 2.
+#[test]
+fn both_binaries_refuse_a_bad_session_name_with_one_sentence() {
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    let sentence = "session name `a.b`: expected 1..=64 characters of A-Z, a-z, 0-9, _ and -\n";
+    let out = run(Command::new(host_bin()).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--publish",
+        &url,
+        "--session",
+        "a.b",
+    ]));
+    assert_eq!(code(&out), 2);
+    assert_eq!(stderr(&out), format!("error: --session: {sentence}"));
+    let addr = format!("{url}/a.b");
+    for args in [vec!["attach", &addr], vec!["check", &addr, "--steps", "10"]] {
+        let cmd = args[0];
+        let out = viewer(&args);
+        assert_eq!(code(&out), 2, "{cmd}");
+        // check's verdict goes to stdout, attach's error to stderr.
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(said, format!("error: {addr}: {sentence}"), "{cmd}");
+    }
+    // An empty name is a bad name; an address without `/NAME` is not of the form.
+    let out = viewer(&["attach", &format!("{url}/")]);
+    assert_eq!(code(&out), 2);
+    assert_eq!(
+        stderr(&out),
+        format!("error: {url}/: session name ``: expected 1..=64 characters of A-Z, a-z, 0-9, _ and -\n")
+    );
+    let out = viewer(&["attach", &url]);
+    assert_eq!(code(&out), 2);
+    assert_eq!(
+        stderr(&out),
+        format!("error: {url}: expected nats://HOST:PORT/NAME\n")
+    );
+}
+
 /// A server whose JetStream may store 256 MiB on disk.
 fn small_server() -> (Nats, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();

@@ -128,3 +128,102 @@ fn a_bad_or_unreachable_server_is_exit_2_and_help_has_examples() {
         stdout(&out)
     );
 }
+
+/// A server started without `-js` answers, but no JetStream API does: the listing says so
+/// and what to do, as docs/fan-out.md gives it.
+#[test]
+fn a_server_without_jetstream_is_said_with_what_to_do() {
+    let nats = Nats::start_without_jetstream();
+    let url = nats.url();
+    let out = viewer(&["sessions", &url]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("error: the NATS server at {url} has no JetStream: start it with -js (or enable JetStream for this account)\n")
+    );
+}
+
+/// A stream that holds a keyframe and then a record without `Ostm-Step` (published by
+/// hand): the keyframe still gives the world, the rate and its step; only the host step,
+/// which that record would say, is unknown, and the problem names the record.
+#[test]
+fn a_record_without_its_step_leaves_unknown_only_what_it_would_say() {
+    use ostm_protocol::wire::{HostCodec, Record, SnapshotKind, ToViewer};
+    let nats = Nats::start();
+    let url = nats.url();
+    let world = default_world_at(0);
+    let frame = |m: &ToViewer| HostCodec::encode_frame(m).unwrap().0.to_vec();
+    let key = frame(&ToViewer::Snapshot {
+        kind: SnapshotKind::Attach,
+        world: world.clone(),
+    });
+    let rec = frame(&ToViewer::Record(Record {
+        step: 0,
+        hash: 1,
+        input: bytes::Bytes::new(),
+    }));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+            let session = ostm_protocol::wire::nats::Session::new("bare").unwrap();
+            js.get_or_create_stream(async_nats::jetstream::stream::Config {
+                name: session.stream(),
+                subjects: session.stored(),
+                allow_direct: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Ostm-Step", "0");
+            h.insert("Ostm-Rate", "60");
+            js.publish_with_headers("ostm.bare.key", h, key.into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Ostm-Count", "1");
+            js.publish_with_headers("ostm.bare.rec", h, rec.into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        });
+    let out = viewer(&["sessions", &url, "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(stdout(&out).trim());
+    let s = &v["sessions"][0];
+    for (key, want) in [
+        ("session", serde_json::json!("bare")),
+        ("dims", 3.into()),
+        ("bodies", world.bodies.len().into()),
+        ("seed", 10_000.into()),
+        ("rate", 60.into()),
+        ("last_keyframe_step", 0.into()),
+        ("oldest_step", 0.into()),
+        ("oldest_keyframe", 0.into()),
+        ("host_step", serde_json::Value::Null),
+        ("ended", false.into()),
+        ("messages", 2.into()),
+    ] {
+        assert_eq!(s[key], want, "{key}: {s}");
+    }
+    assert_eq!(
+        s["problem"], "OSTM_bare: subject ostm.bare.rec, stream sequence 2: expected a header Ostm-Step, found none",
+        "{s}"
+    );
+    let out = viewer(&["sessions", &url]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("3D") && text.contains("60/s"),
+        "the world and the rate in the table: {text}"
+    );
+    assert!(
+        text.contains("  note: OSTM_bare: subject ostm.bare.rec, stream sequence 2: expected a header Ostm-Step, found none"),
+        "{text}"
+    );
+}

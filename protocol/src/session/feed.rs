@@ -14,17 +14,14 @@ use crate::wire::nats::{Follow, Take};
 use crate::wire::RecordRef;
 use crate::{Op, World};
 
-/// Steps that never came, in the verifier: the records stopped at its step (`why`), and,
-/// with `world` (the keyframe that closed the gap), the world restarts there. Without a
-/// world the gap stays open and the summary reports it to the end. The viewer's driver
-/// gives its NATS reader's gaps the same way.
+/// Steps that never came, in the verifier (`why`): with `world` (the keyframe that closed
+/// the gap) the world restarts there; without one the records stopped at its step, the
+/// gap stays open and the summary reports it to the end. The viewer's driver gives its
+/// NATS reader's gaps the same way.
 pub fn gap(v: &mut Verifier, world: Option<World>, why: String) {
-    v.handle(Input::Missing { why });
-    if let Some(world) = world {
-        v.handle(Input::Rejoined {
-            world,
-            why: String::new(),
-        });
+    match world {
+        Some(world) => v.handle(Input::Rejoined { world, why }),
+        None => v.handle(Input::Missing { why }),
     }
 }
 
@@ -78,7 +75,9 @@ impl Feed {
         }
         match self.follow(v).record(r.step) {
             Take::Verify => v.handle_record(r, ops),
-            Take::Repeat | Take::Skip => None,
+            // The viewer's reader says it waits (a notice only: a record of the step needed
+            // is still verified if it comes, and the keyframe's gap says the whole gap).
+            Take::Missing | Take::Repeat | Take::Skip => None,
         }
     }
 

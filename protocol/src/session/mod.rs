@@ -177,8 +177,10 @@ pub enum Event {
     /// The world restarted from a snapshot at `to` (it was at `from`): the driver starts a
     /// new recording file at [`Verifier::world`].
     Restarted { from: u64, to: u64, cause: Restart },
-    /// The records stopped at `step` (a lost connection, an end the reader rides out, a
-    /// lost NATS message); a [`Event::Restarted`] follows when they start again.
+    /// The records stopped at `step` (a lost connection, an end the reader rides out): the
+    /// reader connects again, and a [`Event::Restarted`] follows when it has.
+    /// (Records missing from a stream that goes on, [`Input::Missing`], are no event:
+    /// nothing reconnects; the gap is reported when a keyframe closes it, or at the end.)
     Lost { step: u64, why: String },
     /// The session stopped: [`Verifier::stop`] says why.
     Stopped,
@@ -595,8 +597,10 @@ impl Verifier {
             Input::Lost { why, last: true } => self.finish(Stop::Failed(Failure::Other(why))),
             Input::Lost { why, last: false } => self.lose(why),
             Input::Missing { why } => {
+                // The world waits at its step for a keyframe; nothing reconnects, so no
+                // `Lost` event: the gap is reported when it closes, or at the end.
                 if lost.is_none() {
-                    self.lose(why);
+                    self.state = State::Lost(why);
                 }
                 self.missing = true;
             }

@@ -487,3 +487,40 @@ fn a_keyframe_of_another_world_stops_the_feed_with_the_refusal() {
         Some(Stop::Failed(Failure::KeyframeOfAnotherWorld))
     ));
 }
+
+/// Records missing from a NATS stream are not a lost connection: no `Lost` event (nothing
+/// reconnects), and the keyframe's gap says the whole gap; an open gap at the end is
+/// reported as before.
+#[test]
+fn missing_records_are_no_lost_connection() {
+    let mut h = Host::new(25);
+    let mut v = attached(&h, Goal::default(), false);
+    while v.poll_event().is_some() {}
+    let mut f = Feed::new();
+    let r = rec(&mut h);
+    feed_one(&mut f, &mut v, &r);
+    rec(&mut h);
+    let r = rec(&mut h);
+    assert!(feed_one(&mut f, &mut v, &r).is_none(), "skipped");
+    assert_eq!(v.poll_event(), None);
+    f.keyframe(&mut v, h.world.clone());
+    let gap = Gap::new(
+        1,
+        3,
+        "steps 1..3 are not on the stream; continuing from its keyframe at step 3",
+    );
+    assert_eq!(
+        v.poll_event(),
+        Some(Event::Restarted {
+            from: 1,
+            to: 3,
+            cause: Restart::Rejoin(gap)
+        })
+    );
+    assert_eq!(v.poll_event(), None);
+    // The stream ends inside a gap: no `Lost` either; the summary has it open.
+    rec(&mut h);
+    assert_eq!(f.end(&mut v, h.world.step), Some(4));
+    assert_eq!(v.poll_event(), None);
+    assert!(v.summary(4).open_gap.is_some());
+}

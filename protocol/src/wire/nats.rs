@@ -387,6 +387,8 @@ pub struct Follow {
     next: u64,
     /// The step after the highest record heard of.
     heard: u64,
+    /// A record past `next` has come since the viewer's last step: it waits for a keyframe.
+    waiting: bool,
 }
 
 /// What to do with a record.
@@ -398,12 +400,29 @@ pub enum Take {
     Repeat,
     /// Past the viewer's step: skipped until a keyframe closes the gap.
     Skip,
+    /// Past the viewer's step, the first such record since the viewer's last step: the
+    /// steps from it are missing, and the viewer waits for a keyframe (it says so:
+    /// [`waiting`]). Skipped like [`Take::Skip`].
+    Missing,
+}
+
+/// What a viewer says when the records stopped at `from` on the stream `stream`, which
+/// goes on: a record of step `seen` came instead ([`Take::Missing`]), and the viewer waits
+/// for a keyframe. A notice: nothing reconnects, and the gap is reported when it closes.
+pub fn waiting(stream: &str, from: u64, seen: u64) -> String {
+    format!(
+        "steps from {from} are not on the stream {stream} (its next record is of step {seen}); waiting for its next keyframe"
+    )
 }
 
 impl Follow {
     /// A viewer whose world is at step `next` (the keyframe it joined at).
     pub fn new(next: u64) -> Follow {
-        Follow { next, heard: next }
+        Follow {
+            next,
+            heard: next,
+            waiting: false,
+        }
     }
 
     /// The step the viewer needs next.
@@ -418,9 +437,14 @@ impl Follow {
             std::cmp::Ordering::Less => Take::Repeat,
             std::cmp::Ordering::Equal => {
                 self.next = step.saturating_add(1);
+                self.waiting = false;
                 Take::Verify
             }
-            std::cmp::Ordering::Greater => Take::Skip,
+            std::cmp::Ordering::Greater if self.waiting => Take::Skip,
+            std::cmp::Ordering::Greater => {
+                self.waiting = true;
+                Take::Missing
+            }
         }
     }
 
@@ -430,6 +454,7 @@ impl Follow {
     pub fn keyframe(&mut self, step: u64) -> Option<u64> {
         self.heard = self.heard.max(step);
         if step > self.next {
+            self.waiting = false;
             let from = std::mem::replace(&mut self.next, step);
             Some(from)
         } else {
@@ -490,12 +515,12 @@ mod tests {
         assert_eq!(f.next(), 20);
         assert_eq!(f.record(20), Take::Verify);
         // A message lost: records past the next step wait for a keyframe.
-        assert_eq!(f.record(25), Take::Skip);
+        assert_eq!(f.record(25), Take::Missing);
         assert_eq!(f.record(26), Take::Skip);
         assert_eq!(f.keyframe(27), Some(21));
         assert_eq!(f.record(27), Take::Verify);
         assert_eq!(f.open_gap(28), None, "nothing missing at the end");
-        assert_eq!(f.record(40), Take::Skip);
+        assert_eq!(f.record(40), Take::Missing);
         assert_eq!(
             f.open_gap(0),
             Some((28, 41)),

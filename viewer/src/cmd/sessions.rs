@@ -19,7 +19,8 @@ use ostm_runtime::cli::NatsAuthArgs;
 One line per session (stream OSTM_NAME), by name: its world (from its last keyframe), the
 host's step, its rate, the oldest step the stream still holds and its oldest keyframe (as
 far back as --from-step goes), the last keyframe's step and age, and whether the host
-ended the stream. `-` where the stream does not say (no keyframe held yet, or no message).
+ended the stream. `-` where the stream does not say (no keyframe held yet, no message, or
+a message that cannot be read: its note follows the line).
 With --json, one object: {\"server\": URL, \"sessions\": [...]}.
 
 Exit codes:

@@ -13,8 +13,7 @@ use super::spool::{Item, Spool};
 use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
 use futures::StreamExt;
 use ostm_protocol::wire::nats::{
-    self as wire, another_world, check_session, not_a_record, Follow, Leaf, Session, Take,
-    RATE_HEADER,
+    self as wire, another_world, not_a_record, Follow, Leaf, Session, Take, RATE_HEADER,
 };
 use ostm_protocol::wire::{DriftReply, PeerRole, ToHost, ToViewer, ViewerCodec, Welcome, VERSION};
 use ostm_protocol::{FormatError, World};
@@ -43,19 +42,19 @@ pub struct Target {
     pub session: Session,
 }
 
-/// `nats://HOST:PORT/NAME` as server and session; `None` for any other address.
+/// `nats://HOST:PORT/NAME` as server and session; `None` for any other address. A bad
+/// NAME is refused with the session name's one sentence ([`Session::new`]), as the host's
+/// `--session` is, after the address.
 pub fn parse(addr: &str) -> Option<Result<Target, String>> {
     let rest = addr.strip_prefix("nats://")?;
     Some(match rest.split_once('/') {
-        Some((server, name)) if !server.is_empty() && check_session(name).is_ok() => {
-            Session::new(name).map(|session| Target {
+        Some((server, name)) if !server.is_empty() => Session::new(name)
+            .map(|session| Target {
                 url: format!("nats://{server}"),
                 session,
             })
-        }
-        _ => Err(format!(
-            "{addr}: expected nats://HOST:PORT/NAME, NAME 1..=64 of A-Z a-z 0-9 _ -"
-        )),
+            .map_err(|e| format!("{addr}: {e}")),
+        _ => Err(format!("{addr}: expected nats://HOST:PORT/NAME")),
     })
 }
 
@@ -443,8 +442,19 @@ impl Reading<'_> {
             self.shared
                 .host_step
                 .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
-            if self.follow.record(r.step) == Take::Verify {
-                self.batch.push(Item::Record(r));
+            match self.follow.record(r.step) {
+                Take::Verify => self.batch.push(Item::Record(r)),
+                Take::Missing => {
+                    let from = self.follow.next();
+                    debug!(
+                        from,
+                        seen = r.step,
+                        "records missing; waiting for a keyframe"
+                    );
+                    let why = wire::waiting(&self.target.session.stream(), from, r.step);
+                    self.batch.push(Item::Missing { why });
+                }
+                Take::Repeat | Take::Skip => {}
             }
         }
         Ok(())

@@ -206,6 +206,12 @@ pub enum Event<'a> {
         step: u64,
         why: &'a str,
     },
+    /// Records are missing from the NATS stream at the viewer's `step` (a record past it
+    /// came): the viewer waits for the next keyframe; a `Gap` follows when one comes.
+    Missing {
+        step: u64,
+        why: &'a str,
+    },
     /// The connection was lost and made again: the steps from `gap.from` to `gap.to`
     /// were not seen.
     Reconnected {
@@ -495,6 +501,15 @@ impl Driver<'_> {
             }
             Item::End(e) => Input::End(e),
             Item::Lost { why, last } => Input::Lost { why, last },
+            Item::Missing { why } => {
+                // A notice from the reader: the verifier waits as it is, for the keyframe
+                // that closes the gap (or the end that leaves it open).
+                events(Event::Missing {
+                    step: self.core.world().step,
+                    why: &why,
+                });
+                return;
+            }
             Item::Gap { to, world, why } => {
                 // The NATS reader's gap (docs/fan-out.md, "Gaps"), given as the feed gives it.
                 let open = world.is_none();

@@ -2,6 +2,7 @@
 //! "Sessions on a server"): each stream `OSTM_NAME`, read through its first and last
 //! messages and its keyframes, never through a consumer (listing changes nothing).
 
+use async_nats::jetstream::context::{RequestError, RequestErrorKind};
 use futures::StreamExt;
 use ostm_protocol::wire::nats::{self as wire, Session, COUNT_HEADER, RATE_HEADER, STEP_HEADER};
 use ostm_protocol::World;
@@ -58,7 +59,8 @@ impl WorldLine {
 /// Lists the sessions on the server at `url` (`nats://HOST:PORT`), by name.
 ///
 /// # Errors
-/// The server cannot be reached or has no JetStream: a sentence naming it.
+/// The server cannot be reached, or has no JetStream (what to do: start it with `-js`):
+/// a sentence naming it.
 pub async fn list(url: &str, auth: &NatsAuthArgs) -> Result<Vec<Listed>, String> {
     let client = auth
         .connect_options()
@@ -70,7 +72,20 @@ pub async fn list(url: &str, auth: &NatsAuthArgs) -> Result<Vec<Listed>, String>
     let mut infos = Vec::new();
     let mut streams = js.streams();
     while let Some(info) = streams.next().await {
-        let info = info.map_err(|e| format!("cannot list the streams of {url}: {e}"))?;
+        let info = info.map_err(|e| {
+            // No JetStream API answers on a server (or account) without JetStream: the
+            // list's request had no responders (the kind of the error, or of its source).
+            let inner = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<RequestError>())
+                .map(|r| r.kind());
+            if e.kind() == RequestErrorKind::NoResponders
+                || inner == Some(RequestErrorKind::NoResponders)
+            {
+                no_jetstream(url)
+            } else {
+                format!("cannot list the streams of {url}: {e}")
+            }
+        })?;
         if let Some(session) = Session::of_stream(&info.config.name) {
             infos.push((session, info));
         }
@@ -83,7 +98,16 @@ pub async fn list(url: &str, auth: &NatsAuthArgs) -> Result<Vec<Listed>, String>
     Ok(out)
 }
 
+/// The sentence for a server that answers without JetStream.
+pub fn no_jetstream(url: &str) -> String {
+    format!(
+        "the NATS server at {url} has no JetStream: start it with -js (or enable JetStream for this account)"
+    )
+}
+
 /// What a stream holds of its session; a message that cannot be read is the `problem`.
+/// Each part (the oldest message, the last, the keyframes) is read on its own, so that a
+/// message that cannot be read leaves unknown only what it would have said.
 async fn one(
     js: &async_nats::jetstream::Context,
     session: &Session,
@@ -99,39 +123,64 @@ async fn one(
     if info.state.messages == 0 {
         return l;
     }
-    if let Err(e) = read(js, session, info, &mut l).await {
-        l.problem = Some(e);
+    let stream = match js.get_stream_no_info(session.stream()).await {
+        Ok(s) => s,
+        Err(e) => {
+            l.problem = Some(e.to_string());
+            return l;
+        }
+    };
+    let problems: Vec<String> = [
+        oldest(&stream, session, info, &mut l).await,
+        last(&stream, session, info, &mut l).await,
+        keyframes(&stream, session, info, &mut l).await,
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect();
+    if !problems.is_empty() {
+        l.problem = Some(problems.join("; "));
     }
     l
 }
 
-async fn read(
-    js: &async_nats::jetstream::Context,
+/// Where a message is, as problems name it.
+fn place(session: &Session, subject: &str, seq: u64) -> String {
+    format!(
+        "{}: subject {subject}, stream sequence {seq}",
+        session.stream()
+    )
+}
+
+/// The oldest message's step.
+async fn oldest(
+    stream: &async_nats::jetstream::stream::Stream<()>,
     session: &Session,
     info: &async_nats::jetstream::stream::Info,
     l: &mut Listed,
 ) -> Result<(), String> {
-    let stream = js
-        .get_stream_no_info(session.stream())
-        .await
-        .map_err(|e| e.to_string())?;
-    let (first, last) = (info.state.first_sequence, info.state.last_sequence);
-    let place = |subject: &str, seq: u64| {
-        format!(
-            "{}: subject {subject}, stream sequence {seq}",
-            session.stream()
-        )
-    };
+    let first = info.state.first_sequence;
     let m = stream
         .get_raw_message(first)
         .await
         .map_err(|e| format!("cannot read stream sequence {first}: {e}"))?;
-    l.oldest_step = Some(step(&m.headers, &place(&m.subject, m.sequence))?);
+    l.oldest_step = Some(step(&m.headers, &place(session, &m.subject, m.sequence))?);
+    Ok(())
+}
+
+/// The host's step after the last message, and the end when it is one.
+async fn last(
+    stream: &async_nats::jetstream::stream::Stream<()>,
+    session: &Session,
+    info: &async_nats::jetstream::stream::Info,
+    l: &mut Listed,
+) -> Result<(), String> {
+    let last = info.state.last_sequence;
     let m = stream
         .get_raw_message(last)
         .await
         .map_err(|e| format!("cannot read stream sequence {last}: {e}"))?;
-    let at = place(&m.subject, m.sequence);
+    let at = place(session, &m.subject, m.sequence);
     let s = step(&m.headers, &at)?;
     l.host_step = Some(match session.leaf(&m.subject) {
         wire::Leaf::Records => s.saturating_add(header(&m.headers, COUNT_HEADER, &at)?),
@@ -142,12 +191,23 @@ async fn read(
         }
         _ => s,
     });
+    Ok(())
+}
+
+/// The last keyframe's world, step, rate and age, and the oldest keyframe's step.
+async fn keyframes(
+    stream: &async_nats::jetstream::stream::Stream<()>,
+    session: &Session,
+    info: &async_nats::jetstream::stream::Info,
+    l: &mut Listed,
+) -> Result<(), String> {
+    let first = info.state.first_sequence;
     let keys = session.keyframes();
     let Ok(k) = stream.get_last_raw_message_by_subject(&keys).await else {
         // No keyframe held (yet): the rest stays unknown.
         return Ok(());
     };
-    let at = place(&k.subject, k.sequence);
+    let at = place(session, &k.subject, k.sequence);
     let world = wire::keyframe(&at, &k.payload).map_err(|e| e.to_string())?;
     l.world = Some(WorldLine::of(&world));
     l.last_keyframe_step = Some(world.step);
@@ -161,7 +221,7 @@ async fn read(
         .get_first_raw_message_by_subject(&keys, first)
         .await
         .map_err(|e| format!("cannot read the oldest keyframe: {e}"))?;
-    l.oldest_keyframe = Some(step(&o.headers, &place(&o.subject, o.sequence))?);
+    l.oldest_keyframe = Some(step(&o.headers, &place(session, &o.subject, o.sequence))?);
     Ok(())
 }
 

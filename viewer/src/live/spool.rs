@@ -144,6 +144,11 @@ pub enum Item {
         world: Option<World>,
         why: String,
     },
+    /// Records are missing from the NATS stream at the viewer's step (a record past it
+    /// came): the viewer waits for a keyframe, which a `Gap` then gives.
+    Missing {
+        why: String,
+    },
     /// The host's end message.
     End(End),
     /// The connection failed or closed without an end; `final` when no reconnection follows.

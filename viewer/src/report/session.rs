@@ -262,6 +262,19 @@ impl Lines {
                     self.put(&lost_line(step, why));
                 }
             }
+            Event::Missing { step, why } => {
+                if terminal {
+                    eprint!("\r\x1b[2K");
+                }
+                if json {
+                    self.put(
+                        &serde_json::json!({"event": "missing", "step": step, "why": why})
+                            .to_string(),
+                    );
+                } else {
+                    self.put(&format!("missing: {why}"));
+                }
+            }
             Event::Reconnected { gap, file } | Event::Gap { gap, file } => {
                 if terminal {
                     eprint!("\r\x1b[2K");

@@ -158,7 +158,7 @@ fn message(ev: &Event<'_>) -> Option<Msg> {
             file: file.cloned(),
         },
         Event::Lost { .. } => Msg::Lost,
-        Event::Fields { .. } => return None,
+        Event::Fields { .. } | Event::Missing { .. } => return None,
     })
 }
 

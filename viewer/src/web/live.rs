@@ -188,7 +188,7 @@ impl Hub {
                     b.recording = Some(f.clone());
                 }
             }
-            Event::Fields { .. } => {}
+            Event::Fields { .. } | Event::Missing { .. } => {}
         }
     }
 

@@ -304,6 +304,8 @@ pub struct Nats {
     pub port: u16,
     pub store: tempfile::TempDir,
     extra: Vec<String>,
+    /// Started with `-js`.
+    jetstream: bool,
 }
 
 /// The `nats-server` binary (Debian's package `nats-server`; `.ci/run` installs it).
@@ -340,6 +342,20 @@ impl Nats {
             port: free_port(),
             store: tempfile::tempdir().expect("store dir"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            jetstream: true,
+        };
+        n.run();
+        n
+    }
+
+    /// Starts a server without JetStream (no `-js`): plain NATS only.
+    pub fn start_without_jetstream() -> Nats {
+        let mut n = Nats {
+            proc: None,
+            port: free_port(),
+            store: tempfile::tempdir().expect("store dir"),
+            extra: Vec::new(),
+            jetstream: false,
         };
         n.run();
         n
@@ -348,14 +364,8 @@ impl Nats {
     fn run(&mut self) {
         let p = Proc::spawn(
             Command::new(nats_bin())
-                .args([
-                    "-js",
-                    "-a",
-                    "127.0.0.1",
-                    "-p",
-                    &self.port.to_string(),
-                    "-sd",
-                ])
+                .args(self.jetstream.then_some("-js"))
+                .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
                 .arg(self.store.path())
                 .args(&self.extra),
         );
