@@ -691,11 +691,24 @@ fn a_message_lost_in_flight_says_the_viewer_waits_for_the_next_keyframe() {
         "{gap}"
     );
     assert_eq!(end_object(&out)["verified"], 9, "0..5 and 10..14");
-    // And in words.
-    let out = viewer(&["attach", &addr, "--from-step", "0"]);
+    // And in words, and in the log (docs/protocol.md, "The viewer's log").
+    let out = viewer(&["attach", &addr, "--from-step", "0", "--log-format", "json"]);
     let text = stdout(&out);
     assert!(text.contains(&format!("missing: {waiting}\n")), "{text}");
     assert!(!text.contains("connecting again"), "{text}");
+    let logged: Vec<serde_json::Value> = stderr(&out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let events: Vec<&str> = logged
+        .iter()
+        .filter_map(|l| l["fields"]["event"].as_str())
+        .collect();
+    assert!(
+        events.contains(&"missing") && events.contains(&"gap") && !events.contains(&"lost"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// A gap no keyframe closed before the end: the verdict names the steps never verified.

@@ -4,6 +4,12 @@
 use crate::live::session::Gap;
 use std::path::Path;
 
+/// The line records missing from a NATS stream print (the viewer waits for the next
+/// keyframe; nothing reconnects).
+pub fn missing_line(why: &str) -> String {
+    format!("missing: {why}")
+}
+
 /// The line a lost connection prints (the reader is connecting again).
 pub fn lost_line(step: u64, why: &str) -> String {
     format!("lost: {why}; at step {step}, connecting again")

@@ -5,7 +5,7 @@
 //! the end with its verdict, as stdout shows them to a person. Each is logged once, here:
 //! [`session`] runs a session and logs its events, [`end`] logs how it ended.
 
-use super::lines::{lost_line, reconnected_line};
+use super::lines::{lost_line, missing_line, reconnected_line};
 use crate::live::session::{self, Event, Options, Outcome};
 use serde_json::Value;
 use tracing::{error, info, warn};
@@ -77,8 +77,8 @@ impl Logged {
     }
 }
 
-/// What `ev` logs: the attach, a resync, a loss, a reconnection, a gap (not the status,
-/// fields or frames, which are progress, not events).
+/// What `ev` logs: the attach, a resync, a loss, records missing (NATS), a reconnection, a
+/// gap (not the status, fields or frames, which are progress, not events).
 fn log_fields(ev: &Event<'_>) -> Option<Logged> {
     let file = |f: Option<&std::path::PathBuf>| f.map(|f| f.display().to_string());
     Some(match *ev {
@@ -118,6 +118,11 @@ fn log_fields(ev: &Event<'_>) -> Option<Logged> {
                 step,
                 lost_line(step, why),
             )
+        },
+        Event::Missing { step, why } => Logged {
+            warn: true,
+            reason: Some(why.to_string()),
+            ..Logged::at("missing", step, missing_line(why))
         },
         Event::Reconnected { gap, file: f } => Logged {
             warn: true,

@@ -3,7 +3,7 @@
 //! place on a terminal; then the verdict, the files and the drift bundle.
 
 use super::bundle::{add_bundle_json, written_line, Written};
-use super::lines::{lost_line, reconnected_line};
+use super::lines::{lost_line, missing_line, reconnected_line};
 use super::out;
 use super::replay::link_info;
 use crate::args::{AttachArgs, BundleArgs};
@@ -272,7 +272,7 @@ impl Lines {
                             .to_string(),
                     );
                 } else {
-                    self.put(&format!("missing: {why}"));
+                    self.put(&missing_line(why));
                 }
             }
             Event::Reconnected { gap, file } | Event::Gap { gap, file } => {
