@@ -409,10 +409,11 @@ pub fn check_leaf(der: &[u8], now: i64) -> Result<Option<String>, String> {
 /// The warning about a certificate that ends at `until` within [`EXPIRY_WARNING_DAYS`] of
 /// `now`.
 fn expires_soon(until: i64, now: i64) -> String {
+    let days = (until - now) / 86_400;
     format!(
-        "the certificate expires on {} (in {} days): make a new one before then ({HOW_TO_MAKE_ONE}) and send the host SIGHUP to serve it without a restart",
+        "the certificate expires on {} (in {days} day{}): make a new one before then ({HOW_TO_MAKE_ONE}) and send the host SIGHUP to serve it without a restart",
         utc(until),
-        (until - now) / 86_400
+        if days == 1 { "" } else { "s" }
     )
 }
 

@@ -370,11 +370,11 @@ fn a_running_host_reloads_its_certificate_on_sighup_and_warns_of_its_end() {
     );
     verified(&host.addr, &new.join("ca.pem"));
 
-    // A certificate that ends in a few seconds (with margin for a loaded machine): served
+    // A certificate that ends in 40 s (a margin for a loaded machine): served
     // after SIGHUP with the warning, then warned about when it ends, and the handshakes
     // viewers refuse after that are warned about with what to do.
     let short_ca = ca(d, "short-ca");
-    let end = time::OffsetDateTime::now_utc() + time::Duration::seconds(25);
+    let end = time::OffsetDateTime::now_utc() + time::Duration::seconds(40);
     let (c, k) = leaf_with(d, &short_ca, "short", &["127.0.0.1"], |p| p.not_after = end);
     install(&c, &cert);
     install(&k, &key);
