@@ -200,6 +200,9 @@ fn live(mut args: Args) -> Exit {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
+    // Listened for from now on: a Ctrl-C that comes just as the session ends (after the
+    // reader stopped listening, before the wait below) is not lost.
+    let stopped = rt.spawn(ostm_runtime::signal::stop_signal());
     let mut lines = Lines::new(&args.attach);
     lines.metrics(&metrics);
     let outcome = log::session(&opts, |ev| {
@@ -214,7 +217,7 @@ fn live(mut args: Args) -> Exit {
     let exit = finish(&args.attach, &outcome, lines);
     if !matches!(outcome.stop, Stop::Interrupted) {
         eprintln!("watch: the session has ended; the page stays until Ctrl-C (or SIGTERM)");
-        rt.block_on(ostm_runtime::signal::stop_signal());
+        let _ = rt.block_on(stopped);
     }
     server.abort();
     exit
