@@ -427,11 +427,11 @@ impl Spool {
         )
     }
 
-    /// Nothing waits in the spill file: the verifier has taken all of it (or none was
-    /// spilled), and the file is empty again.
+    /// Room again after [`Full`]: nothing waits in the spill file (the verifier has taken
+    /// all of it, and the file is empty again) and memory is at most half full.
     pub fn disk_drained(&self) -> bool {
         let g = self.lock();
-        g.disk_runs == 0
+        g.disk_runs == 0 && g.mem_bytes <= self.limits.memory / 2
     }
 
     /// Records waiting now.
@@ -752,6 +752,24 @@ mod tests {
         }
         assert!(spool.disk_drained());
         spool.push(Item::Record(record(step, 100))).unwrap();
+        // With no room on disk at all, memory is the bound: room again once half of it
+        // has been taken.
+        let spool = Spool::new(
+            dir.path(),
+            Limits {
+                memory: 4 * 1024,
+                disk: 0,
+            },
+        );
+        let mut n = 0;
+        while spool.push(Item::Record(record(n, 100))).is_ok() {
+            n += 1;
+        }
+        assert!(!spool.disk_drained());
+        while !spool.disk_drained() {
+            assert!(spool.pop(Duration::ZERO).unwrap().is_some());
+        }
+        assert!(spool.backlog().records > 0 && spool.backlog().records <= n / 2 + 1);
     }
 
     #[test]
