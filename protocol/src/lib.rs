@@ -22,6 +22,8 @@
 //! - [`cursor`], [`error`]: bounds-checked reading and the one error type, used by all.
 //! - [`session`]: the viewer's session, sans-IO: verification by step number, restarts,
 //!   gaps, drift evidence.
+//! - [`serve`]: the host's side, sans-IO: one viewer's connection (the hello, the records
+//!   it is owed, heartbeats, silence, stalls, resyncs, drift requests, the end).
 //!
 //! Nothing here does I/O on a socket or reads a clock: the simulation is deterministic,
 //! and the codec works on byte buffers. The binaries' runtime glue is `ostm-runtime`.
@@ -30,6 +32,7 @@
 pub mod cursor;
 pub mod error;
 pub mod format;
+pub mod serve;
 pub mod session;
 pub mod sim;
 pub mod wire;

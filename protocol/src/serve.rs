@@ -1,0 +1,17 @@
+//! The host's side, sans-IO: machines in the shape of [`crate::session::Verifier`] that
+//! hold no thread, clock, channel, socket or file. `ostm-host` drives them over the
+//! operating system's sockets and timers; tests and the fuzzer drive them in memory.
+//!
+//! # Layout
+//! - [`conn`]: one viewer's connection: the hello and its deadline, the version, token and
+//!   full checks, the welcome and attach snapshot, the records a connection takes from the
+//!   host's ring with the heartbeat ahead of them, the heartbeat and silence timers, the
+//!   stall of a write, a slow viewer's resync, drift requests, the end and the linger
+//!   before close.
+
+pub mod conn;
+
+pub use conn::{Config, Conn, Event, Handed, Joined, Left, Request, Take, Transmit, Why};
+
+/// Records sent in one write at most.
+pub const BATCH: usize = 64;
