@@ -7,9 +7,11 @@
 //! the fan-out stopped. The writer is in one place at a time: here (the fan-out may
 //! write) or with the task (only it writes), moved under the slot's lock.
 
-use crate::framing::{rest_of, with_host_step, Writer, MAX_SLICES};
+use crate::framing::{rest_of, Writer, MAX_SLICES};
 use crate::hub::Hub;
 use crate::unpoisoned::unpoisoned;
+use ostm_protocol::serve::conn::with_host_step;
+pub use ostm_protocol::serve::Handed;
 use ostm_protocol::wire::EncodedFrame;
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -40,22 +42,6 @@ struct Slot {
     /// Set by the fan-out when it stops writing for the task: the writer stays parked
     /// until the task takes it, and the fan-out leaves it alone meanwhile.
     handed: Option<Handed>,
-}
-
-/// Why the fan-out handed the writer back.
-#[derive(Debug)]
-pub enum Handed {
-    /// The socket took only part of a write: these frames are what is left, the first
-    /// one cut at the byte the socket stopped at (the first `0` bytes of it when nothing
-    /// was written); `after` is the step the whole write brings the viewer to.
-    Rest {
-        frames: Vec<EncodedFrame>,
-        after: u64,
-    },
-    /// The viewer is more than one write behind the host: the task takes its records.
-    Behind,
-    /// The write failed.
-    Failed(std::io::Error),
 }
 
 /// What the task finds when it takes its writer back.

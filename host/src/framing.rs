@@ -1,9 +1,8 @@
-//! Frames onto a viewer's socket: the write side of a connection, the vectored writes
-//! that put shared frames on it as they are, and the heartbeat that goes ahead of records
-//! when the host is further on. Used by the connection's task ([`crate::conn`]) and by the
+//! Frames onto a viewer's socket: the write side of a connection, and the vectored writes
+//! that put shared frames on it as they are. Used by the connection's task ([`crate::conn`]) and by the
 //! fan-out's direct writes ([`crate::direct`]); it knows nothing of the hub.
 
-use ostm_protocol::wire::{EncodedFrame, HostCodec, ToViewer};
+use ostm_protocol::wire::EncodedFrame;
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -11,10 +10,9 @@ use tokio::io::{AsyncWrite, AsyncWriteExt, WriteHalf};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
-use tracing::warn;
 
 /// Records sent in one write at most.
-pub const BATCH: usize = 64;
+pub use ostm_protocol::serve::BATCH;
 
 /// The write side: frames are written as they are, shared, with no buffer of its own.
 /// A plain-TCP one can also be written without a task (`try_write_vectored`), which the
@@ -91,30 +89,6 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(
     writer.flush().await
 }
 
-/// A message's frame (none, logged, in the case no message the host builds reaches: one
-/// too long for a frame).
-pub fn encode(msg: &ToViewer) -> Vec<EncodedFrame> {
-    // Every message the host builds fits a frame; a failure here is logged and skipped.
-    match HostCodec::encode_frame(msg) {
-        Ok(f) => vec![f],
-        Err(e) => {
-            warn!("cannot encode a message: {e}");
-            Vec::new()
-        }
-    }
-}
-
-/// Puts a heartbeat carrying the host's step ahead of a write of records when the host's
-/// step is past `after`, the step the last of them brings the viewer to, so the viewer
-/// learns how far behind it is from the host, not from the records it has.
-pub fn with_host_step(frames: &mut Vec<EncodedFrame>, after: u64, host_step: u64) {
-    if host_step > after {
-        if let Some(beat) = encode(&ToViewer::Heartbeat { host_step }).pop() {
-            frames.insert(0, beat);
-        }
-    }
-}
-
 /// What is left of `frames` once their first `written` bytes are written: the frame the
 /// write stopped in cut at that byte, and the frames after it.
 pub fn rest_of(frames: &[EncodedFrame], mut written: usize) -> Vec<EncodedFrame> {
@@ -134,38 +108,6 @@ pub fn rest_of(frames: &[EncodedFrame], mut written: usize) -> Vec<EncodedFrame>
 mod tests {
     use super::*;
     use bytes::Bytes;
-
-    fn frames(steps: &[u8]) -> Vec<EncodedFrame> {
-        steps
-            .iter()
-            .map(|&s| EncodedFrame(Bytes::from(vec![s])))
-            .collect()
-    }
-
-    /// The bytes of a heartbeat frame from docs/protocol.md: length 9, type 0x84, step.
-    fn heartbeat(step: u64) -> Vec<u8> {
-        let mut f = vec![9, 0, 0, 0, 0x84];
-        f.extend_from_slice(&step.to_le_bytes());
-        f
-    }
-
-    fn bytes(frames: &[EncodedFrame]) -> Vec<Vec<u8>> {
-        frames.iter().map(|f| f.0.to_vec()).collect()
-    }
-
-    #[test]
-    fn a_write_behind_the_host_starts_with_its_step() {
-        let mut f = frames(&[11, 12]);
-        with_host_step(&mut f, 12, 40);
-        assert_eq!(bytes(&f), vec![heartbeat(40), vec![11], vec![12]]);
-    }
-
-    #[test]
-    fn a_write_that_reaches_the_host_carries_records_only() {
-        let mut f = frames(&[11, 12]);
-        with_host_step(&mut f, 12, 12);
-        assert_eq!(bytes(&f), vec![vec![11], vec![12]]);
-    }
 
     /// A writer that takes at most `n` bytes per call, like a socket with little room.
     struct Trickle {

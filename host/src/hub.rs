@@ -110,27 +110,7 @@ pub struct Hub {
     pub counters: Counters,
 }
 
-/// A viewer's place on the hub: its id, the world it starts from, and its position in
-/// the records (the number of the first record it takes).
-pub struct Joined {
-    pub id: u64,
-    pub world: World,
-    pub position: u64,
-}
-
-/// What [`Hub::take`] found at a connection's position.
-#[derive(Debug)]
-pub enum Take {
-    /// Records were appended to the caller's list: `after` is the step the last of them
-    /// brings the viewer to, `more` whether records were left past them.
-    Records { after: u64, more: bool },
-    /// Nothing yet: wait on [`Hub::published`].
-    Nothing,
-    /// The host is more than `queue` records ahead: the viewer must be resynced.
-    Behind,
-    /// Every record was taken and the stream has ended.
-    Ended(End),
-}
+pub use ostm_protocol::serve::{Joined, Take};
 
 impl Hub {
     /// A hub whose world is `world`.

@@ -1,6 +1,6 @@
 //! Connections that have not finished their handshake: a bounded pool apart from the
 //! viewer slots, with a cap per address. A connection must send a whole hello within
-//! [`HELLO_TIMEOUT`] of being accepted (TLS handshake included); when the pool or its
+//! `HELLO_MS` (`ostm_protocol::serve::conn`) of being accepted (TLS handshake included); when the pool or its
 //! address's share is full, the oldest waiting connection (of that address first) is
 //! closed to make room, so a flood of idle or garbage connections never keeps a real
 //! viewer out (docs/protocol.md, "Connections before their hello").
@@ -9,11 +9,7 @@ use crate::unpoisoned::unpoisoned;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// How long a new connection has to finish its TLS handshake (if any) and send its hello.
-pub const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The pool of connections waiting for their hello.
 pub struct Pending {

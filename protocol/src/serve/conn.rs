@@ -32,8 +32,13 @@ pub type Millis = u64;
 /// A connection must send a whole hello within this long of being accepted (2 s).
 pub const HELLO_MS: u64 = 2_000;
 /// How long a refused or ended viewer is given to close its side before the socket drops
-/// (2 s).
+/// (2 s): once it has taken everything sent (an ended viewer: and for as long as it goes on
+/// taking it, [`LINGER_MAX_MS`] at most).
 pub const LINGER_MS: u64 = 2_000;
+/// The longest an ended viewer that is still taking what it was sent is waited for (10 s).
+pub const LINGER_MAX_MS: u64 = 10_000;
+/// How often a lingering connection looks at what the viewer has taken (50 ms).
+pub const LINGER_LOOK_MS: u64 = 50;
 
 /// What every connection is configured with.
 #[derive(Debug, Clone)]
@@ -52,6 +57,9 @@ pub struct Config {
     pub heartbeat_ms: u64,
     /// How long a refused or ended viewer is given to close its side ([`LINGER_MS`]).
     pub linger_ms: u64,
+    /// The longest an ended viewer still taking what it was sent is waited for
+    /// ([`LINGER_MAX_MS`]).
+    pub linger_max_ms: u64,
 }
 
 /// A viewer's place on the host: its id, the world it starts from, and its position in
@@ -99,14 +107,19 @@ pub enum Handed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
     /// The records past [`Conn::position`], at most [`super::BATCH`] (answer with
-    /// [`Conn::handle_take`]). `wait`: the last take found nothing, so the driver should
-    /// first arrange to be told of new records (or let the fan-out write them), then take.
+    /// [`Conn::handle_take`]). `wait`: the last take found nothing, so the driver first
+    /// arranges to be told of new records (or lets the fan-out write them), then takes,
+    /// and when it finds nothing again waits for records, bytes or [`Conn::poll_timeout`]
+    /// before it asks again.
     Take { wait: bool },
     /// The viewer fell more than the queue behind: join it again at the host's step
     /// (answer with [`Conn::handle_join`], keeping [`Conn::id`]).
     Join,
     /// A drift request for this step (answer with [`Conn::handle_drift_reply`]).
     Drift(u64),
+    /// An ended viewer lingers: how many bytes sent to it has it not acknowledged yet
+    /// (answer with [`Conn::handle_unacknowledged`]).
+    Unacknowledged,
 }
 
 /// Frames to write, in order, as one write (within the stall timeout). Hand the vector
@@ -167,6 +180,9 @@ pub enum Why {
     /// A write to the viewer made no progress for the stall timeout (in ms).
     #[error("dropped: stalled: no write progress for {0} ms")]
     Stalled(u64),
+    /// The stream ended and the viewer did not take what it was owed in the time given.
+    #[error("dropped: the stream ended and the viewer did not take its records and end in time")]
+    Undelivered,
     /// A write to the viewer failed otherwise.
     #[error("dropped: write failed: {0}")]
     WriteFailed(std::io::Error),
@@ -182,7 +198,7 @@ impl Why {
         match self {
             Why::Ended(end) => matches!(end.reason, EndReason::Silent | EndReason::ProtocolError),
             Why::Closed => false,
-            Why::Stalled(_) | Why::WriteFailed(_) | Why::WriterLost => true,
+            Why::Stalled(_) | Why::Undelivered | Why::WriteFailed(_) | Why::WriterLost => true,
         }
     }
 
@@ -383,10 +399,8 @@ enum Phase {
 enum Want {
     /// Take the records past the position.
     Take,
-    /// The last take found nothing: arrange to be told, then take.
+    /// The last take found nothing: arrange to be told of new records, then take.
     Wait,
-    /// Took nothing with the wake armed: wait for records ([`Conn::handle_published`]).
-    Idle,
     /// Fell behind: join again.
     Join,
 }
@@ -411,6 +425,16 @@ struct Writing {
     rearm: bool,
     /// The welcome and attach snapshot.
     first: bool,
+}
+
+/// An ended attached viewer's linger.
+#[derive(Debug, Clone, Copy)]
+struct Lingering {
+    started: Millis,
+    taken_at: Millis,
+    left: Option<u64>,
+    look_at: Millis,
+    look_due: bool,
 }
 
 /// One viewer's connection: see the module docs.
@@ -452,6 +476,12 @@ pub struct Conn {
     refusal: Option<(EndReason, String)>,
     why: Option<Why>,
     attached: bool,
+    /// The stream's time to deliver is over: no more writes.
+    delivery_over: bool,
+    /// An ended attached viewer's linger: when it started, when the viewer last took
+    /// some of what was sent, the bytes it had not acknowledged at the last look, and
+    /// whether a look is due.
+    lingering: Option<Lingering>,
     /// The peer closed its side, or reading failed: nothing more will be read.
     read_done: bool,
     events: VecDeque<Event>,
@@ -490,6 +520,8 @@ impl Conn {
             refusal: None,
             why: None,
             attached: false,
+            delivery_over: false,
+            lingering: None,
             read_done: false,
             events: VecDeque::new(),
         }
@@ -530,20 +562,6 @@ impl Conn {
         self.writing.is_some()
     }
 
-    /// Whether the connection waits for records and nothing else: a caught-up attached
-    /// viewer (the driver may then let the fan-out write its records,
-    /// [`Conn::handle_unparked`]).
-    pub fn is_idle(&self) -> bool {
-        self.phase == Phase::Stream
-            && self.want == Want::Idle
-            && self.writing.is_none()
-            && self.out.is_empty()
-            && self.close.is_none()
-            && self.drift.is_empty()
-            && self.replies.is_empty()
-            && !self.beat_due
-    }
-
     /// What happened, oldest first.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
@@ -553,7 +571,11 @@ impl Conn {
     pub fn poll_timeout(&self) -> Option<Millis> {
         let stall = self.writing.map(|(_, at)| at);
         let timers = match self.phase {
-            Phase::Hello | Phase::Linger => Some(self.deadline),
+            Phase::Linger => match self.lingering {
+                Some(l) => (!l.look_due).then_some(l.look_at),
+                None => Some(self.deadline),
+            },
+            Phase::Hello => Some(self.deadline),
             Phase::Stream => min(
                 self.silence_at.filter(|_| self.close.is_none()),
                 self.heartbeat_at.filter(|_| !self.beat_due),
@@ -581,7 +603,11 @@ impl Conn {
                 });
                 self.finish();
             }
-            Phase::Linger if now >= self.deadline => self.finish(),
+            Phase::Linger => match &mut self.lingering {
+                Some(l) => l.look_due |= now >= l.look_at,
+                None if now >= self.deadline => self.finish(),
+                None => {}
+            },
             Phase::Stream => {
                 if self.close.is_none() && self.silence_at.is_some_and(|at| now >= at) {
                     self.close = Some(Close::Misbehaved(Misbehaved::Silent(self.cfg.silence_ms)));
@@ -605,7 +631,8 @@ impl Conn {
     fn stalled(&mut self) {
         self.writing = None;
         self.out.clear();
-        if self.phase == Phase::Stream {
+        if self.attached {
+            // Records or the end of an attached viewer's stream.
             self.events.push_back(Event::Stalled);
             self.leave(Why::Stalled(self.cfg.stall_ms));
         } else {
@@ -813,13 +840,7 @@ impl Conn {
     pub fn handle_take(&mut self, take: Take, position: u64, host_step: u64) {
         self.position = position;
         match take {
-            Take::Nothing => {
-                self.want = if self.want == Want::Wait {
-                    Want::Idle
-                } else {
-                    Want::Wait
-                };
-            }
+            Take::Nothing => self.want = Want::Wait,
             Take::Records { after, more } => {
                 with_host_step(&mut self.out, after, host_step);
                 self.next = Writing {
@@ -840,13 +861,6 @@ impl Conn {
     /// The vector a take appends its frames to (the next write's).
     pub fn take_buffer(&mut self) -> &mut Vec<EncodedFrame> {
         &mut self.out
-    }
-
-    /// Records were published since the last take found nothing.
-    pub fn handle_published(&mut self) {
-        if self.want == Want::Idle {
-            self.want = Want::Wait;
-        }
     }
 
     /// The fan-out wrote this caught-up connection's records itself: the position, step
@@ -878,6 +892,12 @@ impl Conn {
         }
     }
 
+    /// The writer the fan-out held was not given back (not reached).
+    pub fn handle_writer_lost(&mut self) {
+        self.writing = None;
+        self.leave(Why::WriterLost);
+    }
+
     /// Answers [`Request::Drift`].
     pub fn handle_drift_reply(&mut self, reply: DriftReply) {
         self.replies.extend(encode(&ToViewer::DriftReply(reply)));
@@ -885,13 +905,18 @@ impl Conn {
 
     /// What to ask of the host's ring next, when nothing is to be written first.
     pub fn poll_request(&mut self) -> Option<Request> {
-        if self.phase != Phase::Stream
-            || self.writing.is_some()
+        if self.writing.is_some()
             || !self.out.is_empty()
             || self.close.is_some()
             || self.beat_due
             || !self.replies.is_empty()
         {
+            return None;
+        }
+        if self.phase == Phase::Linger && self.lingering.is_some_and(|l| l.look_due) {
+            return Some(Request::Unacknowledged);
+        }
+        if self.phase != Phase::Stream {
             return None;
         }
         if let Some(step) = self.drift.pop_front() {
@@ -901,7 +926,6 @@ impl Conn {
             Want::Take => Some(Request::Take { wait: false }),
             Want::Wait => Some(Request::Take { wait: true }),
             Want::Join => Some(Request::Join),
-            Want::Idle => None,
         }
     }
 
@@ -935,6 +959,10 @@ impl Conn {
             }
         }
         if self.out.is_empty() {
+            return None;
+        }
+        if self.delivery_over && self.attached {
+            self.undelivered();
             return None;
         }
         let limit = if self.phase == Phase::Stream {
@@ -1017,6 +1045,17 @@ impl Conn {
                 if self.linger && !self.read_done {
                     self.deadline = now.saturating_add(self.cfg.linger_ms);
                     self.phase = Phase::Linger;
+                    if self.attached {
+                        // Waits while the viewer goes on taking what was sent: looked at
+                        // at once, then every LINGER_LOOK_MS.
+                        self.lingering = Some(Lingering {
+                            started: now,
+                            taken_at: now,
+                            left: None,
+                            look_at: now,
+                            look_due: true,
+                        });
+                    }
                     // What the peer sent meanwhile is read now.
                     self.decode(now, false);
                 } else {
@@ -1031,9 +1070,57 @@ impl Conn {
     pub fn handle_write_failed(&mut self, e: std::io::Error) {
         self.writing = None;
         self.out.clear();
-        if self.phase == Phase::Stream {
+        if self.attached {
             self.leave(Why::failed(e));
         } else {
+            self.finish();
+        }
+    }
+
+    /// The end was written whole but shutting down the write side failed: the connection
+    /// closes without lingering.
+    pub fn handle_shutdown_failed(&mut self) {
+        self.writing = None;
+        self.out.clear();
+        self.finish();
+    }
+
+    /// The stream has ended and the connections' time to deliver what they owe has
+    /// passed: a connection still writing records or its end stops (counted as a stall);
+    /// one that has sent its end lingers on.
+    pub fn handle_delivery_over(&mut self) {
+        self.delivery_over = true;
+        if self.attached
+            && self.writing.is_some()
+            && matches!(self.phase, Phase::Stream | Phase::Ending)
+        {
+            self.undelivered();
+        }
+    }
+
+    fn undelivered(&mut self) {
+        self.writing = None;
+        self.out.clear();
+        self.events.push_back(Event::Stalled);
+        self.leave(Why::Undelivered);
+    }
+
+    /// Answers [`Request::Unacknowledged`] at `now`: the bytes sent that the viewer has
+    /// not acknowledged yet. The linger ends [`Config::linger_ms`] after the viewer last
+    /// took some (or after it began), [`Config::linger_max_ms`] after it began at most.
+    pub fn handle_unacknowledged(&mut self, bytes: u64, now: Millis) {
+        let Some(l) = &mut self.lingering else {
+            return;
+        };
+        if l.left.is_some_and(|left| bytes < left) {
+            l.taken_at = now;
+        }
+        l.left = Some(bytes);
+        l.look_due = false;
+        l.look_at = now.saturating_add(LINGER_LOOK_MS);
+        if now.saturating_sub(l.taken_at) >= self.cfg.linger_ms
+            || now.saturating_sub(l.started) >= self.cfg.linger_max_ms
+        {
             self.finish();
         }
     }

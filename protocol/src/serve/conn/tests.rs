@@ -28,6 +28,7 @@ fn config() -> Config {
         silence_ms: 10_000,
         heartbeat_ms: 1_000,
         linger_ms: LINGER_MS,
+        linger_max_ms: LINGER_MAX_MS,
     }
 }
 
@@ -211,6 +212,8 @@ struct Pair {
     events: Vec<Event>,
     /// Writes the socket does not take (a viewer that stopped reading).
     blocked: bool,
+    /// The bytes the viewer has not acknowledged at a time (none: it took everything).
+    unacked: Option<fn(Millis) -> u64>,
 }
 
 impl Pair {
@@ -222,6 +225,7 @@ impl Pair {
             now: 0,
             events: Vec::new(),
             blocked: false,
+            unacked: None,
         }
     }
 
@@ -266,12 +270,17 @@ impl Pair {
                 return;
             }
             match self.conn.poll_request() {
-                Some(Request::Take { .. }) => {
+                Some(Request::Take { wait }) => {
                     let mut position = self.conn.position();
                     let mut out = std::mem::take(self.conn.take_buffer());
                     let take = self.host.take(&mut position, super::super::BATCH, &mut out);
                     *self.conn.take_buffer() = out;
+                    let nothing = matches!(take, Take::Nothing);
                     self.conn.handle_take(take, position, self.host.world.step);
+                    if nothing && wait {
+                        // Caught up: waits for records, bytes or the time.
+                        return;
+                    }
                 }
                 Some(Request::Join) => {
                     let j = self.host.join(self.conn.id());
@@ -283,6 +292,11 @@ impl Pair {
                     world: None,
                     stages: None,
                 }),
+                // In memory the viewer has taken every byte sent.
+                Some(Request::Unacknowledged) => {
+                    let left = self.unacked.map_or(0, |f| f(self.now));
+                    self.conn.handle_unacknowledged(left, self.now)
+                }
                 None => return,
             }
         }
@@ -475,12 +489,10 @@ fn a_viewer_verifies_every_record_it_is_sent_with_the_heartbeat_ahead_when_behin
     // One step at a time: records alone.
     for _ in 0..5 {
         p.host.step(1);
-        p.conn.handle_published();
         p.run();
     }
     // 150 steps at once: batches of 64, the first two behind the host's step.
     p.host.step(150);
-    p.conn.handle_published();
     p.run();
     assert_eq!(p.viewer.verifier.verified(), 155);
     assert_eq!(p.conn.step(), 155);
@@ -514,7 +526,6 @@ fn a_quiet_host_sends_heartbeats_and_a_quiet_viewer_is_closed_silent() {
     // A record sent moves the next heartbeat a full interval on.
     p.advance(1_500);
     p.host.step(1);
-    p.conn.handle_published();
     p.run();
     p.advance(2_499);
     assert_eq!(p.viewer.got.last().unwrap(), "record 0");
@@ -544,10 +555,8 @@ fn a_quiet_host_sends_heartbeats_and_a_quiet_viewer_is_closed_silent() {
 fn a_viewer_more_than_the_queue_behind_is_resynced_and_verifies_on() {
     let mut p = Pair::attached(16);
     p.host.step(3);
-    p.conn.handle_published();
     p.run();
     p.host.step(17);
-    p.conn.handle_published();
     p.run();
     assert!(p.viewer.got.contains(&"snapshot Resync 20".to_string()));
     assert!(p.events.iter().any(|e| matches!(
@@ -559,7 +568,6 @@ fn a_viewer_more_than_the_queue_behind_is_resynced_and_verifies_on() {
         }
     )));
     p.host.step(2);
-    p.conn.handle_published();
     p.run();
     assert_eq!(p.viewer.verifier.verified(), 5);
     assert_eq!(p.viewer.verifier.resyncs(), 1);
@@ -570,7 +578,6 @@ fn the_end_comes_after_the_records_owed() {
     let mut p = Pair::attached(16);
     p.blocked = true;
     p.host.step(10);
-    p.conn.handle_published();
     p.run();
     p.host.ended = Some(End {
         reason: EndReason::Finished,
@@ -599,7 +606,6 @@ fn a_write_with_no_progress_for_the_stall_timeout_drops_the_viewer() {
     let mut p = Pair::attached(16);
     p.blocked = true;
     p.host.step(2);
-    p.conn.handle_published();
     p.run();
     assert!(p.conn.is_writing());
     p.advance(4_999);
@@ -656,5 +662,59 @@ fn a_full_host_refuses_with_full_and_an_ended_stream_sends_its_end() {
             "the host serves its maximum number of viewers",
             42
         )
+    );
+}
+
+fn finished(step: u64) -> End {
+    End {
+        reason: EndReason::Finished,
+        text: format!("the host ran its {step} steps"),
+        host_step: step,
+    }
+}
+
+#[test]
+fn an_ended_viewer_is_waited_for_while_it_takes_what_it_was_sent_ten_seconds_at_most() {
+    // Still taking: one byte fewer unacknowledged at every look.
+    let mut p = Pair::attached(16);
+    p.unacked = Some(|now| 1_000_000 - now);
+    p.host.step(3);
+    p.host.ended = Some(finished(3));
+    p.advance(100);
+    assert_eq!(p.viewer.got.last().unwrap(), "end finished");
+    p.advance(100 + LINGER_MAX_MS - 1);
+    assert!(!p.conn.is_closed(), "taking: waited for");
+    p.advance(100 + LINGER_MAX_MS + LINGER_LOOK_MS);
+    assert!(p.conn.is_closed(), "ten seconds at most");
+    // Taking nothing more: two seconds.
+    let mut p = Pair::attached(16);
+    p.unacked = Some(|_| 500);
+    p.host.ended = Some(finished(0));
+    p.advance(100);
+    p.advance(100 + LINGER_MS - 1);
+    assert!(!p.conn.is_closed());
+    p.advance(100 + LINGER_MS + LINGER_LOOK_MS);
+    assert!(p.conn.is_closed());
+    assert_eq!(
+        p.left().unwrap().to_string(),
+        "left at step 0: ended finished: the host ran its 0 steps"
+    );
+}
+
+#[test]
+fn a_connection_still_writing_when_the_time_to_deliver_is_over_is_dropped() {
+    let mut p = Pair::attached(16);
+    p.blocked = true;
+    p.host.step(2);
+    p.host.ended = Some(finished(2));
+    p.run();
+    assert!(p.conn.is_writing());
+    p.conn.handle_delivery_over();
+    p.run();
+    assert!(p.conn.is_closed());
+    assert!(p.events.iter().any(|e| matches!(e, Event::Stalled)));
+    assert_eq!(
+        p.left().unwrap().to_string(),
+        "left at step 0: dropped: the stream ended and the viewer did not take its records and end in time"
     );
 }
