@@ -905,18 +905,19 @@ impl Conn {
 
     /// What to ask of the host's ring next, when nothing is to be written first.
     pub fn poll_request(&mut self) -> Option<Request> {
-        if self.writing.is_some()
+        if self.phase == Phase::Linger {
+            return self
+                .lingering
+                .is_some_and(|l| l.look_due)
+                .then_some(Request::Unacknowledged);
+        }
+        if self.phase != Phase::Stream
+            || self.writing.is_some()
             || !self.out.is_empty()
             || self.close.is_some()
             || self.beat_due
             || !self.replies.is_empty()
         {
-            return None;
-        }
-        if self.phase == Phase::Linger && self.lingering.is_some_and(|l| l.look_due) {
-            return Some(Request::Unacknowledged);
-        }
-        if self.phase != Phase::Stream {
             return None;
         }
         if let Some(step) = self.drift.pop_front() {
@@ -994,6 +995,10 @@ impl Conn {
                 },
             };
             self.phase = Phase::Ending;
+            // Nothing more is sent after the end.
+            self.drift.clear();
+            self.replies.clear();
+            self.beat_due = false;
             self.linger = true;
             self.write_limit = self.cfg.stall_ms;
             self.out.extend(encode(&ToViewer::End(end.clone())));

@@ -718,3 +718,24 @@ fn a_connection_still_writing_when_the_time_to_deliver_is_over_is_dropped() {
         "left at step 0: dropped: the stream ended and the viewer did not take its records and end in time"
     );
 }
+
+#[test]
+fn an_end_that_comes_with_a_heartbeat_due_and_a_drift_reply_waiting_still_lingers_and_closes() {
+    let mut p = Pair::attached(16);
+    p.unacked = Some(|_| 0);
+    // A drift request answered but not yet sent, a heartbeat due and the viewer silent,
+    // all at once: the end goes, and the linger still ends.
+    p.conn.handle_drift_reply(DriftReply {
+        step: 1,
+        status: crate::wire::DriftStatus::NotReached,
+        world: None,
+        stages: None,
+    });
+    p.conn.handle_timeout(10_000);
+    assert!(p.conn.beat_due);
+    p.now = 10_000;
+    p.run();
+    assert_eq!(p.viewer.got.last().unwrap(), "end silent");
+    p.advance(10_000 + LINGER_MS + LINGER_LOOK_MS);
+    assert!(p.conn.is_closed());
+}
