@@ -4,7 +4,7 @@
 //! - `serve`: the `serve` command: arguments, the accept loop, status lines, shutdown.
 //! - `hub`: what the stepping loop shares with the connections (ring, queues, counters).
 //! - `stepper`: the stepping loop, on its own thread.
-//! - `conn`: one viewer's connection.
+//! - `conn`: one viewer's connection: the driver of `ostm_protocol::serve::Conn`.
 //! - `pending`: connections that have not sent their hello yet (a pool apart from the
 //!   viewer slots).
 //! - `tls`: the host's TLS identity, checked at startup as a viewer will check it.
