@@ -13,6 +13,12 @@
 //! - `publish`: the stream published to NATS JetStream.
 //! - `source`: where the world and its inputs come from.
 
+/// `println!` that a closed pipe (`| head`) does not turn into a panic
+/// (`ostm_runtime::stdout`); defined before the modules, so it is theirs too.
+macro_rules! println {
+    ($($arg:tt)*) => { ostm_runtime::println!($($arg)*) };
+}
+
 mod cert;
 mod conn;
 mod direct;

@@ -11,6 +11,7 @@
 //! - [`shell`]: the `completions` and `man` commands (clap_complete, clap_mangen).
 //! - [`metrics`]: the `/metrics` endpoint of `--metrics ADDR` (prometheus-client).
 //! - [`logging`]: the one logging set-up, `tracing` filtered by `RUST_LOG`.
+//! - [`stdout`]: `println!` that a closed pipe (`| head`) does not turn into a panic.
 //! - [`DEFAULT_PORT`]: the TCP port when an address names none.
 
 pub mod cli;
@@ -19,6 +20,7 @@ pub mod logging;
 pub mod metrics;
 pub mod shell;
 pub mod signal;
+pub mod stdout;
 
 pub use codec::{FrameCodec, HostFrameCodec, ViewerFrameCodec, WireError};
 

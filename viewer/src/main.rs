@@ -2,6 +2,15 @@
 //!
 //! Each subcommand lives in `cmd/<name>.rs` with its own `Args` and `run`.
 
+/// `println!` and `print!` that a closed pipe (`| head`) does not turn into a panic
+/// (`ostm_runtime::stdout`); defined before the modules, so they are theirs too.
+macro_rules! println {
+    ($($arg:tt)*) => { ostm_runtime::println!($($arg)*) };
+}
+macro_rules! print {
+    ($($arg:tt)*) => { ostm_runtime::print!($($arg)*) };
+}
+
 mod args;
 mod cmd;
 mod exit;

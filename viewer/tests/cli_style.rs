@@ -326,3 +326,56 @@ fn trace_shows_progress_on_a_terminal() {
     let run = viewer(&["trace", &s(&long), "-o", &s(&out)]);
     assert_eq!(run.stderr, "", "progress off a terminal");
 }
+
+/// A reader that stops taking the output early (`ostm-viewer verify F | head -1`) is no
+/// failure: the command finishes with the exit code it would have had, and never panics
+/// on the closed pipe (Rust's `println!` does: it ignores SIGPIPE and the write fails).
+#[test]
+fn a_reader_that_has_gone_is_no_failure() {
+    let replay = testdata("test-10000.ostm");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("t.trace");
+    let cases: Vec<(Vec<String>, i32)> = vec![
+        (vec!["inspect".into(), replay.clone()], 0),
+        (vec!["inspect".into(), "--json".into(), replay.clone()], 0),
+        (vec!["verify".into(), replay.clone()], 0),
+        (vec!["verify".into(), "--json".into(), replay.clone()], 0),
+        (
+            vec![
+                "fields".into(),
+                replay.clone(),
+                "--step".into(),
+                "10".into(),
+            ],
+            0,
+        ),
+        (
+            vec![
+                "trace".into(),
+                replay.clone(),
+                "--to".into(),
+                "50".into(),
+                "-o".into(),
+                s(&trace),
+            ],
+            0,
+        ),
+        (vec!["--help".into()], 0),
+    ];
+    for (args, want) in cases {
+        // A pipe whose reading end is closed before the child writes a byte.
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ostm-viewer"))
+            .args(&args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("ostm-viewer runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(want), "{args:?}: {err}");
+    }
+    // The trace's file was written whole though nobody read its `wrote` line.
+    assert!(trace.exists(), "trace -o wrote its file");
+}
