@@ -239,6 +239,24 @@ async fn a_live_page_advances_and_shows_the_worlds_live_bodies() {
     let why = b.text("#verdict-why").await;
     assert!(why.contains("the host ended the stream"), "{why}");
     assert_eq!(b.text("#check").await, "last verified frame");
+    // Nothing moves once it ended: no rates on the page, but that it ended and the totals
+    // (also after later status messages, which still carry the last rate).
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let bar = b.text("#bar").await;
+    assert!(
+        !bar.contains("steps/s") && !bar.contains("frames/s"),
+        "no rate once ended: {bar}"
+    );
+    let verified = b.js("return window.ostm.ended.verified;").await;
+    assert_eq!(
+        b.text("#rate-item").await.replace(',', ""),
+        format!("ended · {verified} steps verified")
+    );
+    assert!(
+        b.text("#fps-item").await.ends_with("frames drawn"),
+        "{}",
+        b.text("#fps-item").await
+    );
     b.screenshot("live-ended").await;
     b.close().await;
     p.interrupt_expecting_exit_0();
@@ -300,6 +318,26 @@ async fn a_perturbed_host_makes_the_page_show_the_drift_report() {
         "{why}"
     );
     assert_eq!(b.text("#check").await, "last verified frame");
+    // The drift on the strip (the last of its 4096 steps, a fraction of a pixel at this
+    // width): a marker a person sees, at least 6 CSS pixels wide, inside the strip.
+    let mark = b
+        .until(
+            "the drift's mark on the strip",
+            "const m = document.querySelector('#strip-marks span.drift'); if (!m) return null; \
+             const r = m.getBoundingClientRect(); \
+             const s = document.getElementById('strip').getBoundingClientRect(); \
+             return [r.width, r.left - s.left, s.right - r.right, s.width, Number(m.dataset.to)];",
+            |v| !v.is_null(),
+        )
+        .await;
+    let f = |k: usize| mark[k].as_f64().unwrap();
+    assert!(f(3) > 1000.0, "a wide strip: {mark}");
+    assert!(
+        f(0) >= 6.0,
+        "the drift's mark is at least 6 px wide: {mark}"
+    );
+    assert!(f(1) >= 0.0 && f(2) >= -0.5, "inside the strip: {mark}");
+    assert_eq!(mark[4], STEP, "{mark}");
     let marked = b
         .js("return Array.from(document.querySelectorAll('#picture g.body.marked')).map(g => g.dataset.index);")
         .await;
@@ -340,4 +378,65 @@ async fn a_perturbed_host_makes_the_page_show_the_drift_report() {
         "{text}"
     );
     assert!(bundle.exists(), "the bundle attach writes");
+}
+
+/// A replay whose start world has its 64 bodies in a tight cluster (2D, 3D): the index
+/// labels the page shows, measured in the browser as it rendered them (an outside label's
+/// box, an inside label's text), never overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_of_clustered_bodies_do_not_overlap_in_the_browser() {
+    use ostm_protocol::{Dims, Replay, Setup};
+    let _one = ONE_BROWSER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let b = Browser::start(1500, 1150).await;
+    for dims in [Dims::Two, Dims::Three] {
+        let setup = Setup {
+            dims,
+            bodies: 64,
+            seed: 5,
+        };
+        let mut start = ostm_protocol::World::new(setup, None);
+        for (i, body) in start.bodies.iter_mut().enumerate() {
+            // An 8 x 8 grid 120 mm apart around the middle of the box: circles that touch.
+            body.pos[0] = 4600 + 120 * (i % 8) as i32;
+            body.pos[1] = 4600 + 120 * (i / 8) as i32;
+            if dims == Dims::Three {
+                body.pos[2] = 5000 + 40 * (i % 5) as i32;
+            }
+            body.vel = [0; 3];
+        }
+        let mut r = Replay::new(setup, None);
+        r.start = Some(start);
+        r.inputs.push_ops(&[]);
+        r.compute_hashes();
+        let file = dir.path().join(format!("cluster-{}d.ostm", dims as u8));
+        r.write_file(&file).expect("write the replay");
+        let (p, url) = watch(&[file.to_str().unwrap()]);
+        b.client.goto(&url).await.expect("open the page");
+        state_until(&b, "the first frame", |v| v["step"] == 0).await;
+        let boxes = b
+            .js("return Array.from(document.querySelectorAll('#picture g.label')).map(g => { \
+                   const r = (g.querySelector('rect') || g.querySelector('text')).getBoundingClientRect(); \
+                   return [g.dataset.index, r.left, r.top, r.right, r.bottom]; });")
+            .await;
+        let boxes = boxes.as_array().expect("label boxes").clone();
+        assert!(boxes.len() >= 8, "{}D: labels shown: {boxes:?}", dims as u8);
+        let f = |v: &Value, k: usize| v[k].as_f64().unwrap();
+        for (i, a) in boxes.iter().enumerate() {
+            for c in &boxes[i + 1..] {
+                let apart = f(a, 3) <= f(c, 1)
+                    || f(c, 3) <= f(a, 1)
+                    || f(a, 4) <= f(c, 2)
+                    || f(c, 4) <= f(a, 2);
+                assert!(
+                    apart,
+                    "{}D: the labels of bodies {} and {} overlap: {a} {c}",
+                    dims as u8, a[0], c[0]
+                );
+            }
+        }
+        b.screenshot(&format!("cluster-{}d", dims as u8)).await;
+        p.interrupt_expecting_exit_0();
+    }
+    b.close().await;
 }

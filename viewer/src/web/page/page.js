@@ -137,7 +137,7 @@
       $("host-step").textContent = num(m.host_step);
       $("verified").textContent = num(m.verified);
       $("lag").textContent = num(m.lag);
-      $("rate").textContent = num(Math.round(m.rate));
+      if (!st.ended) $("rate").textContent = num(Math.round(m.rate));
       $("resyncs").textContent = num(m.resyncs);
       $("gaps-item").hidden = !m.gaps;
       $("gaps").textContent = num(m.gaps);
@@ -184,6 +184,7 @@
 
     end(m) {
       st.ended = m;
+      showEnded();
       $("end").hidden = false;
       $("end-message").textContent = m.message;
       document.body.dataset.state = `ended-${m.verdict}`;
@@ -227,6 +228,23 @@
       send({ type: "ready" });
     }
   }
+
+  // Once the session has ended nothing moves: no rates, but that it ended and the totals.
+  function showEnded() {
+    $("rate-item").textContent = `ended · ${num(st.ended.verified)} steps verified`;
+    $("fps-item").textContent = `page: ${num(st.drawn)} frames drawn`;
+  }
+
+  // The page's frame rate counts the frames of the last second, also when none come.
+  setInterval(() => {
+    if (st.ended) return;
+    const now = performance.now();
+    while (st.times.length && st.times[0] < now - 1000) st.times.shift();
+    if (st.fps !== st.times.length) {
+      st.fps = st.times.length;
+      $("fps").textContent = st.fps;
+    }
+  }, 500);
 
   // The badge: the session's verdict, apart from what proves the frame shown. Verifying
   // (attached and connected), reconnecting (and why), drift (and where), ended (and why:
@@ -300,7 +318,8 @@
     st.times.push(now);
     while (st.times.length && st.times[0] < now - 1000) st.times.shift();
     st.fps = st.times.length;
-    $("fps").textContent = st.fps;
+    if (st.ended) showEnded();
+    else $("fps").textContent = st.fps;
   }
 
   function mark(index, cls) {
@@ -354,7 +373,12 @@
   }
   $("ghost").addEventListener("change", () => send({ type: "ghost", on: $("ghost").checked }));
 
-  // The strip: the last steps coloured by what the viewer knows of them.
+  // The strip: the last steps coloured by what the viewer knows of them. Verified runs
+  // are painted on the canvas in proportion; every other run (a gap, the drift, the attach
+  // snapshot) is a marker element over it, never narrower than MARK_MIN CSS pixels however
+  // many steps the strip spans, and kept inside the strip (one at its right end ends there).
+  const MARK_MIN = 6;
+  let marksKey = null;
   function drawStrip(s) {
     const c = $("strip");
     const w = c.clientWidth || 1000;
@@ -363,12 +387,33 @@
     g.fillStyle = "#0c0f15";
     g.fillRect(0, 0, c.width, c.height);
     const span = Math.max(1, s.to - s.from);
-    const colours = { verified: "#3ccf7a", gap: "#ffb020", drift: "#ff4d5e", snapshot: "#5b8def" };
+    const x = (step) => ((step - s.from) / span) * w;
+    g.fillStyle = "#3ccf7a";
     for (const [from, to, kind] of s.runs) {
-      const x0 = ((from - s.from) / span) * c.width;
-      const x1 = ((to - s.from) / span) * c.width;
-      g.fillStyle = colours[kind] || "#888";
-      g.fillRect(x0, 0, Math.max(kind === "verified" ? 0 : 2, x1 - x0), c.height);
+      if (kind === "verified") g.fillRect(x(from), 0, x(to) - x(from), c.height);
+    }
+    const marks = [];
+    for (const [from, to, kind] of s.runs) {
+      if (kind === "verified") continue;
+      const width = Math.min(w, Math.max(MARK_MIN, x(to) - x(from)));
+      const left = Math.max(0, Math.min(x(from), w - width));
+      marks.push([from, to, kind, left, width]);
+    }
+    const key = JSON.stringify([w, marks]);
+    if (key !== marksKey) {
+      marksKey = key;
+      const box = $("strip-marks");
+      box.textContent = "";
+      for (const [from, to, kind, left, width] of marks) {
+        const m = document.createElement("span");
+        m.className = kind;
+        m.dataset.from = from;
+        m.dataset.to = to;
+        m.title = `${kind}: steps ${num(from)} to ${num(to)}`;
+        m.style.left = `${left}px`;
+        m.style.width = `${width}px`;
+        box.appendChild(m);
+      }
     }
     $("strip-range").textContent = `steps ${num(s.from)} to ${num(s.to)}`;
   }
