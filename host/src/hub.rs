@@ -1,7 +1,8 @@
-//! The state the stepping loop shares with the connections: the world as of the host's
-//! step, a bounded ring of recent worlds for drift requests, one shared ring of recent
-//! records that every viewer's connection reads at its own position, and the counters the
-//! status line prints.
+//! The state the stepping loop shares with the connections, around the fan-out's sans-IO
+//! rules ([`ostm_protocol::serve::ring`]): the world as of the host's step, the ring of
+//! recent worlds for drift requests ([`Worlds`]), one shared ring of recent records that
+//! every viewer's connection reads at its own position ([`Records`]), and the counters the
+//! status line prints. This module holds the locks, atomics and wakes; the ring decides.
 //!
 //! Publishing a step does the same work whatever the number of viewers: the stepping loop
 //! appends the step's world and record (encoded once) under the hub's lock and wakes the
@@ -13,10 +14,9 @@
 
 use crate::unpoisoned::unpoisoned;
 use bytes::Bytes;
-use ostm_protocol::sim::op::for_each_op;
-use ostm_protocol::wire::{DriftReply, DriftStatus, EncodedFrame, End};
+use ostm_protocol::serve::ring::{Records, Taken, Worlds};
+use ostm_protocol::wire::{DriftReply, EncodedFrame, End};
 use ostm_protocol::World;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
 use tokio::sync::Notify;
@@ -35,32 +35,12 @@ pub struct Limits {
     pub ring: usize,
 }
 
-/// One held world and, once the next step has run, that step's input.
-struct Held {
-    world: World,
-    input: Option<Bytes>,
-}
-
-/// One record in the shared ring: its frame (encoded once, shared by every connection)
-/// and the step the viewer's world reaches by running it (the record's step plus 1).
-#[derive(Debug, Clone)]
-pub struct Queued {
-    pub after: u64,
-    pub frame: EncodedFrame,
-}
-
 struct Inner {
-    /// Oldest first; never empty: the back is the world at the host's step.
-    ring: VecDeque<Held>,
+    /// The recent worlds for drift requests; the latest is the world at the host's step.
+    ring: Worlds,
     /// Records published so far: the position of the next one.
     published: u64,
     next_id: u64,
-}
-
-/// The last `queue` records, oldest first: `buf[i]` is record number `next - len + i`.
-struct Records {
-    next: u64,
-    buf: VecDeque<Queued>,
 }
 
 /// Counters for the status line and the metrics (monotonic unless noted).
@@ -116,19 +96,13 @@ impl Hub {
     /// A hub whose world is `world`.
     pub fn new(world: World, limits: Limits) -> Hub {
         let step = world.step;
-        let mut ring = VecDeque::with_capacity(limits.ring.max(1) + 1);
-        ring.push_back(Held { world, input: None });
         Hub {
             inner: Mutex::new(Inner {
-                ring,
+                ring: Worlds::new(world, limits.ring),
                 published: 0,
                 next_id: 0,
             }),
-            records: RwLock::new(Records {
-                next: 0,
-                // Grown as records come (the test-only unbounded queue is 2^40).
-                buf: VecDeque::new(),
-            }),
+            records: RwLock::new(Records::new(limits.queue)),
             step: AtomicU64::new(step),
             start_step: step,
             head: AtomicU64::new(0),
@@ -192,7 +166,7 @@ impl Hub {
             inner.next_id += 1;
             inner.next_id
         });
-        let world = inner.ring.back().map(|h| h.world.clone())?;
+        let world = inner.ring.latest()?.clone();
         Some(Joined {
             id,
             world,
@@ -208,42 +182,28 @@ impl Hub {
     }
 
     /// Appends to `out` the frames of at most `max` records from `position` on and moves
-    /// `position` past them. Only clones of shared frames are made under the (read) lock.
+    /// `position` past them ([`Records::take`]). Only clones of shared frames are made
+    /// under the (read) lock.
     pub fn take(&self, position: &mut u64, max: usize, out: &mut Vec<EncodedFrame>) -> Take {
         // Read before the records: once the end is set, every record is in the ring.
         let ended = self.ended.get();
-        let records = unpoisoned(self.records.read());
-        let behind = records.next.saturating_sub(*position);
-        if behind as usize > self.limits.queue {
-            if let Some(end) = ended {
-                return Take::Ended(end.clone());
-            }
+        let Taken {
+            take,
+            behind,
+            count,
+        } = unpoisoned(self.records.read()).take(position, max, ended, out);
+        if matches!(take, Take::Behind) {
             self.counters.resyncs.fetch_add(1, Ordering::Relaxed);
-            self.note_behind(self.limits.queue as u64);
-            return Take::Behind;
         }
-        if behind == 0 {
-            return match ended {
-                Some(end) => Take::Ended(end.clone()),
-                None => Take::Nothing,
-            };
+        if let Some(behind) = behind {
+            self.note_behind(behind);
         }
-        self.note_behind(behind);
-        let first = (records.buf.len() as u64 - behind) as usize;
-        let n = (behind as usize).min(max);
-        let mut after = 0;
-        for q in records.buf.range(first..first + n) {
-            out.push(q.frame.clone());
-            after = q.after;
+        if count > 0 {
+            self.counters
+                .records_sent
+                .fetch_add(count, Ordering::Relaxed);
         }
-        *position += n as u64;
-        self.counters
-            .records_sent
-            .fetch_add(n as u64, Ordering::Relaxed);
-        Take::Records {
-            after,
-            more: n < behind as usize,
-        }
+        take
     }
 
     /// Appends to `out` the frames of every record from `position` on, when there are
@@ -255,22 +215,16 @@ impl Hub {
         position: u64,
         out: &mut Vec<EncodedFrame>,
     ) -> Option<(u64, u64)> {
-        let records = unpoisoned(self.records.read());
-        let behind = records.next.checked_sub(position)?;
-        if behind == 0 || behind as usize > crate::framing::BATCH.min(self.limits.queue) {
-            return None;
-        }
-        self.note_behind(behind);
-        let first = (records.buf.len() as u64 - behind) as usize;
-        let mut after = 0;
-        for q in records.buf.range(first..) {
-            out.push(q.frame.clone());
-            after = q.after;
-        }
+        let (count, after) = unpoisoned(self.records.read()).take_all_within(
+            position,
+            crate::framing::BATCH,
+            out,
+        )?;
+        self.note_behind(count);
         self.counters
             .records_sent
-            .fetch_add(behind, Ordering::Relaxed);
-        Some((behind, after))
+            .fetch_add(count, Ordering::Relaxed);
+        Some((count, after))
     }
 
     fn note_behind(&self, behind: u64) {
@@ -285,27 +239,11 @@ impl Hub {
     pub fn publish(&self, world: &World, input: Bytes, frame: &EncodedFrame) {
         {
             let mut inner = self.lock();
-            if let Some(back) = inner.ring.back_mut() {
-                back.input = Some(input);
-            }
-            inner.ring.push_back(Held {
-                world: world.clone(),
-                input: None,
-            });
-            while inner.ring.len() > self.limits.ring.max(1) {
-                inner.ring.pop_front();
-            }
+            inner.ring.push(world, input);
             let mut records = unpoisoned(self.records.write());
-            records.buf.push_back(Queued {
-                after: world.step,
-                frame: frame.clone(),
-            });
-            while records.buf.len() > self.limits.queue.max(1) {
-                records.buf.pop_front();
-            }
-            records.next += 1;
-            inner.published = records.next;
-            self.head.store(records.next, Ordering::Release);
+            records.push(world.step, frame.clone());
+            inner.published = records.next();
+            self.head.store(records.next(), Ordering::Release);
             self.step.store(world.step, Ordering::Release);
         }
         self.counters.steps.store(world.step, Ordering::Relaxed);
@@ -335,45 +273,8 @@ impl Hub {
     /// asking again and again does not hold up the stepping loop.
     pub fn drift(&self, step: u64) -> DriftReply {
         self.counters.drift_requests.fetch_add(1, Ordering::Relaxed);
-        let (world, prev) = {
-            let inner = self.lock();
-            let first = inner.ring.front().map_or(0, |h| h.world.step);
-            let last = inner.ring.back().map_or(0, |h| h.world.step);
-            let status = if step > last {
-                Some(DriftStatus::NotReached)
-            } else if step < first {
-                Some(DriftStatus::TooOld)
-            } else {
-                None
-            };
-            if let Some(status) = status {
-                return DriftReply {
-                    step,
-                    status,
-                    world: None,
-                    stages: None,
-                };
-            }
-            let at = |s: u64| inner.ring.get((s - first) as usize);
-            let world = at(step).map(|h| h.world.clone());
-            let prev = step
-                .checked_sub(1)
-                .filter(|&s| s >= first)
-                .and_then(at)
-                .and_then(|h| Some((h.world.clone(), h.input.clone()?)));
-            (world, prev)
-        };
-        let stages = prev.and_then(|(mut w, input)| {
-            let mut ops = Vec::new();
-            for_each_op("held input", &input, 0, |op| ops.push(op)).ok()?;
-            Some(w.step_with_stage_hashes(&ops))
-        });
-        DriftReply {
-            step,
-            status: DriftStatus::Held,
-            world,
-            stages,
-        }
+        let held = self.lock().ring.held(step);
+        held.answer()
     }
 }
 
@@ -381,7 +282,7 @@ impl Hub {
 pub(crate) mod tests {
     use super::*;
     use ostm_protocol::sim::op::encode_input;
-    use ostm_protocol::wire::{HostCodec, Record, ToViewer};
+    use ostm_protocol::wire::{DriftStatus, HostCodec, Record, ToViewer};
     use ostm_protocol::{Dims, Op, Setup};
 
     pub(crate) fn world() -> World {

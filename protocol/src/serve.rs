@@ -8,8 +8,12 @@
 //!   host's ring with the heartbeat ahead of them, the heartbeat and silence timers, the
 //!   stall of a write, a slow viewer's resync, drift requests, the end and the linger
 //!   before close.
+//! - [`ring`]: the fan-out: the records each connection is owed at its position (a resync
+//!   for one more than `queue` behind, the end after the records owed), and the recent
+//!   worlds drift requests are answered from.
 
 pub mod conn;
+pub mod ring;
 
 pub use conn::{Config, Conn, Event, Handed, Joined, Left, Request, Take, Transmit, Why};
 
