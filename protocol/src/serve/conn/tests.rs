@@ -3,6 +3,7 @@
 //! connection writes decoded by the viewer's codec and verified by step number.
 
 use super::*;
+use crate::serve::ring::Records;
 use crate::session::{Goal, Input, Limits, Verifier};
 use crate::sim::op::{encode_input, for_each_op};
 use crate::sim::scenario::Scenario;
@@ -51,14 +52,12 @@ fn heartbeat(viewer_step: u64) -> Vec<u8> {
         .to_vec()
 }
 
-/// The host's side around the connection: its world, the ring of the last `queue`
-/// records (as the hub keeps them) and how the stream ended.
+/// The host's side around the connection: its world, the real ring of the last `queue`
+/// records and how the stream ended.
 struct Host {
     world: World,
     scenario: Scenario,
-    records: VecDeque<(u64, EncodedFrame)>,
-    next: u64,
-    queue: usize,
+    records: Records,
     ended: Option<End>,
 }
 
@@ -72,9 +71,7 @@ impl Host {
         Host {
             world: World::new(setup, None),
             scenario: Scenario::new(7),
-            records: VecDeque::new(),
-            next: 0,
-            queue,
+            records: Records::new(queue),
             ended: None,
         }
     }
@@ -90,11 +87,7 @@ impl Host {
                 input: Bytes::from(encode_input(&ops)),
             }))
             .unwrap();
-            self.records.push_back((self.world.step, frame));
-            while self.records.len() > self.queue {
-                self.records.pop_front();
-            }
-            self.next += 1;
+            self.records.push(self.world.step, frame);
         }
     }
 
@@ -102,37 +95,15 @@ impl Host {
         self.ended.is_none().then(|| Joined {
             id,
             world: self.world.clone(),
-            position: self.next,
+            position: self.records.next(),
         })
     }
 
     /// The hub's take: at most `max` records from `position` on.
     fn take(&self, position: &mut u64, max: usize, out: &mut Vec<EncodedFrame>) -> Take {
-        let behind = self.next - *position;
-        if behind as usize > self.queue {
-            return match &self.ended {
-                Some(end) => Take::Ended(end.clone()),
-                None => Take::Behind,
-            };
-        }
-        if behind == 0 {
-            return match &self.ended {
-                Some(end) => Take::Ended(end.clone()),
-                None => Take::Nothing,
-            };
-        }
-        let first = self.records.len() - behind as usize;
-        let n = (behind as usize).min(max);
-        let mut after = 0;
-        for (a, f) in self.records.range(first..first + n) {
-            out.push(f.clone());
-            after = *a;
-        }
-        *position += n as u64;
-        Take::Records {
-            after,
-            more: n < behind as usize,
-        }
+        self.records
+            .take(position, max, self.ended.as_ref(), out)
+            .take
     }
 }
 
