@@ -42,7 +42,7 @@ pub const NAME: &str = "fuzz-input";
 pub type Check = fn(&[u8]);
 
 /// The targets, by name: `fuzz/fuzz_targets/<name>.rs` and `fixtures/fuzz/<name>/`.
-pub const TARGETS: [(&str, Check); 11] = [
+pub const TARGETS: [(&str, Check); 12] = [
     ("replay", replay),
     ("replay_stream", replay_stream),
     ("wire_viewer", wire_viewer),
@@ -54,6 +54,7 @@ pub const TARGETS: [(&str, Check); 11] = [
     ("seek", seek),
     ("journal", journal),
     ("session", session),
+    ("host_conn", host_conn),
 ];
 
 /// Steps above which a target does not also run the replay (the run is not what is
@@ -971,4 +972,272 @@ pub fn session(data: &[u8]) {
         "every rejoin is a gap, and an open one last"
     );
     assert_eq!(summary.verified, verified.len() as u64);
+}
+
+// ---------------------------------------------------------------------------------------
+// The host's connection
+
+/// The host's sans-IO connection (`ostm_protocol::serve::Conn`) driven by hostile bytes
+/// and hostile timings: byte 0 chooses a token and whether a valid hello comes first; then
+/// each byte is one event: bytes from the viewer (the next 1 to 16 of the input, so the
+/// viewer's stream is cut anywhere), the clock moved on by up to 20 s (timers fired late)
+/// or `handle_timeout` called before the deadline it asked for (early), host steps, the
+/// write in progress completed or failed or its shutdown failed, the viewer's end or a
+/// failed read, the stream's end, the time to deliver over. Requests are answered from a
+/// real ring of records (`serve::ring::Records`). Whatever the order: no panic; every
+/// frame the connection writes decodes as a host message; records come in step order,
+/// once each, from the attach or resync snapshot's step on; nothing follows the end; a
+/// refusal or end text that names an offset names one within the bytes the viewer sent.
+pub fn host_conn(data: &[u8]) {
+    use ostm_protocol::serve::conn::{Config, Conn, Millis, HELLO_MS, LINGER_MAX_MS, LINGER_MS};
+    use ostm_protocol::serve::ring::Records;
+    use ostm_protocol::serve::{Request, Take, BATCH};
+    use ostm_protocol::sim::scenario::Scenario;
+    use ostm_protocol::wire::{
+        DriftReply, DriftStatus, End, EndReason, Hello, HostCodec, PeerRole, Record, SnapshotKind,
+        ToHost, ToViewer, ViewerCodec, Welcome, VERSION,
+    };
+    use ostm_protocol::{Dims, Setup};
+
+    let Some((&head, mut rest)) = data.split_first() else {
+        return;
+    };
+    let cfg = Config {
+        token: (head & 1 == 1).then(|| b"secret".to_vec()),
+        welcome: Welcome {
+            version: VERSION,
+            role: PeerRole::Host as u8,
+            rate: 60,
+            heartbeat_ms: 1000,
+            ring: 8,
+            queue: 8,
+        },
+        hello_ms: HELLO_MS,
+        stall_ms: 1 + u64::from(head >> 4) * 700,
+        silence_ms: 10_000,
+        heartbeat_ms: 1_000,
+        linger_ms: LINGER_MS,
+        linger_max_ms: LINGER_MAX_MS,
+    };
+    let mut conn = Conn::new(cfg, "127.0.0.1:5000", 0);
+    let mut now: Millis = 0;
+    let mut sent_bytes: u64 = 0;
+    if head & 2 == 2 {
+        let hello = ViewerCodec::encode_frame(&ToHost::Hello(Hello {
+            version: VERSION,
+            role: PeerRole::Viewer as u8,
+            token: if head & 4 == 4 {
+                b"secret".to_vec()
+            } else {
+                Vec::new()
+            },
+        }))
+        .expect("a hello fits a frame");
+        sent_bytes += hello.0.len() as u64;
+        conn.handle_bytes(&hello.0, now);
+    }
+    // The host: its world and the ring of its last 8 records.
+    let mut world = World::new(
+        Setup {
+            dims: Dims::Two,
+            bodies: 3,
+            seed: 9,
+        },
+        None,
+    );
+    let mut scenario = Scenario::new(9);
+    let mut records = Records::new(8);
+    let mut ended: Option<End> = None;
+    // The viewer's side of what the connection wrote.
+    let mut viewer = ViewerCodec::new("host");
+    let mut got = BytesMut::new();
+    let mut next_step: Option<u64> = None;
+    let mut end_seen = false;
+    let mut writing: Option<Vec<ostm_protocol::wire::EncodedFrame>> = None;
+    let mut joined = false;
+    let check_offset = |text: &str, sent: u64| {
+        if let Some(at) = text.split("at offset ").nth(1) {
+            let n: u64 = at
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|d| d.parse().ok())
+                .expect("an offset is a number");
+            assert!(n <= sent, "offset {n} past the {sent} bytes sent: {text}");
+        }
+    };
+    for _ in 0..2_000 {
+        // Requests and events, answered at once.
+        for _ in 0..64 {
+            while let Some(e) = conn.poll_event() {
+                use ostm_protocol::serve::Event;
+                match e {
+                    Event::Accepted if !joined => {
+                        joined = true;
+                        match &ended {
+                            Some(end) => conn.handle_stream_over(Some(end.clone())),
+                            None => conn.handle_join(Some(ostm_protocol::serve::Joined {
+                                id: 1,
+                                world: world.clone(),
+                                position: records.next(),
+                            })),
+                        }
+                    }
+                    Event::Refused { log, .. } => check_offset(&log, sent_bytes),
+                    _ => {}
+                }
+            }
+            if writing.is_none() {
+                if let Some(t) = conn.poll_transmit(now, world.step) {
+                    writing = Some(t.frames);
+                    continue;
+                }
+            }
+            match conn.poll_request() {
+                Some(Request::Take { .. }) => {
+                    let mut position = conn.position();
+                    let taken =
+                        records.take(&mut position, BATCH, ended.as_ref(), conn.take_buffer());
+                    let nothing = matches!(taken.take, Take::Nothing);
+                    conn.handle_take(taken.take, position, world.step);
+                    if nothing {
+                        break;
+                    }
+                }
+                Some(Request::Join) => {
+                    conn.handle_join(ended.is_none().then(|| ostm_protocol::serve::Joined {
+                        id: 1,
+                        world: world.clone(),
+                        position: records.next(),
+                    }))
+                }
+                Some(Request::Drift(step)) => conn.handle_drift_reply(DriftReply {
+                    step,
+                    status: DriftStatus::TooOld,
+                    world: None,
+                    stages: None,
+                }),
+                Some(Request::Unacknowledged) => conn.handle_unacknowledged(0, now),
+                None => break,
+            }
+        }
+        if conn.is_closed() {
+            return;
+        }
+        let Some((&op, tail)) = rest.split_first() else {
+            return;
+        };
+        rest = tail;
+        match op % 12 {
+            // Bytes from the viewer, cut anywhere.
+            0..=2 => {
+                let n = (1 + (op >> 4) as usize).min(rest.len());
+                let (bytes, tail) = rest.split_at(n);
+                rest = tail;
+                sent_bytes += bytes.len() as u64;
+                conn.handle_bytes(bytes, now);
+            }
+            // The clock moves on, up to 20 s, and what is due fires (late).
+            3 => {
+                now += u64::from(op >> 4) * 1_300;
+                conn.handle_timeout(now);
+                if !conn.is_writing() {
+                    writing = None;
+                }
+            }
+            // A timer fired early: before the deadline asked for.
+            4 => {
+                if let Some(at) = conn.poll_timeout() {
+                    conn.handle_timeout(now.max(at.saturating_sub(u64::from(op >> 4))));
+                    if !conn.is_writing() {
+                        writing = None;
+                    }
+                }
+            }
+            // The host steps.
+            5 => {
+                for _ in 0..=(op >> 4) {
+                    if ended.is_some() {
+                        break;
+                    }
+                    let step = world.step;
+                    let ops = scenario.next_input(&world);
+                    world.step(&ops);
+                    let frame = HostCodec::encode_frame(&ToViewer::Record(Record {
+                        step,
+                        hash: world.hash(),
+                        input: bytes::Bytes::from(encode_input(&ops)),
+                    }))
+                    .expect("a record fits a frame");
+                    records.push(world.step, frame);
+                }
+            }
+            // The write in progress is taken whole: the viewer decodes it.
+            6 | 7 => {
+                if let Some(frames) = writing.take() {
+                    assert!(!end_seen, "nothing is written after the end");
+                    for f in &frames {
+                        got.extend_from_slice(&f.0);
+                    }
+                    while let Some(msg) = viewer.decode(&mut got).expect("the host's frames decode")
+                    {
+                        assert!(!end_seen, "nothing follows the end");
+                        match msg {
+                            ToViewer::Snapshot { kind, world: w } => {
+                                assert!(
+                                    matches!(kind, SnapshotKind::Attach) || next_step.is_some()
+                                );
+                                next_step = Some(w.step);
+                            }
+                            ToViewer::Record(r) => {
+                                let want = next_step.expect("a record after a snapshot");
+                                assert_eq!(r.step, want, "records in order, once each");
+                                next_step = Some(want + 1);
+                            }
+                            ToViewer::End(e) => {
+                                end_seen = true;
+                                check_offset(&e.text, sent_bytes);
+                            }
+                            _ => {}
+                        }
+                    }
+                    conn.handle_sent(frames, now);
+                }
+            }
+            // The write fails, or its shutdown does.
+            8 => {
+                if writing.take().is_some() {
+                    if op & 16 == 0 {
+                        conn.handle_write_failed(std::io::Error::other("reset"));
+                    } else {
+                        conn.handle_shutdown_failed();
+                    }
+                }
+            }
+            // The viewer closes, or reading fails.
+            9 => {
+                if op & 16 == 0 {
+                    conn.handle_eof(now);
+                } else {
+                    conn.handle_read_failed(std::io::Error::other("reset"));
+                }
+            }
+            // The stream ends.
+            10 => {
+                if ended.is_none() {
+                    ended = Some(End {
+                        reason: EndReason::Finished,
+                        text: "the host ran its steps".into(),
+                        host_step: world.step,
+                    });
+                }
+            }
+            // The time to deliver is over.
+            _ => {
+                conn.handle_delivery_over();
+                if !conn.is_writing() {
+                    writing = None;
+                }
+            }
+        }
+    }
 }
