@@ -46,8 +46,7 @@ impl Feed {
     /// A keyframe, in stream order. One of another world is given to the verifier, which
     /// refuses it; one past the viewer's step closes the gap before it.
     pub fn keyframe(&mut self, v: &mut Verifier, world: World) {
-        let same = world.setup() == v.world().setup() && world.link() == v.world().link();
-        if !same {
+        if !super::same_world(v.world(), &world) {
             v.handle(Input::Rejoined {
                 world,
                 why: "a keyframe of another world".into(),

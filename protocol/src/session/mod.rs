@@ -39,6 +39,12 @@ use crate::{Op, World};
 use std::collections::VecDeque;
 use std::fmt;
 
+/// Whether two worlds are of one world, at any step: the same setup and link (the one
+/// rule a resync snapshot, a reconnection and a NATS keyframe are judged by).
+pub fn same_world(a: &World, b: &World) -> bool {
+    a.setup() == b.setup() && a.link() == b.link()
+}
+
 /// A time in milliseconds, from any origin the driver chooses, that never goes back.
 pub type Millis = u64;
 
@@ -735,7 +741,7 @@ impl Verifier {
 
     /// Whether `world` is of the attached world (its setup and link).
     fn same_world(&self, world: &World) -> bool {
-        world.setup() == self.world.setup() && world.link() == self.world.link()
+        same_world(&self.world, world)
     }
 
     /// The world starts again at a snapshot: the trail, the verified flag.

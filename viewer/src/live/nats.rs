@@ -190,7 +190,13 @@ pub async fn run(
         ring: 0,
         queue: 0,
     };
-    if spool.push(Item::Attached { welcome, world }).is_err() {
+    let connection = shared.connection.load(Ordering::SeqCst);
+    let attached = Item::Attached {
+        welcome,
+        world,
+        connection,
+    };
+    if spool.push(attached).is_err() {
         return Ended::Broken(Lost::SpoolKeyframe);
     }
     let messages = match first_consumer(&stream, &t.session, key_seq + 1).await {
@@ -357,14 +363,14 @@ async fn read_on(
         }
         match taken {
             Ok(None) => {}
-            Ok(Some(end)) => {
+            Ok(Some(_)) => {
                 // The verifier may still be behind and find a drift: its request goes
                 // to the host as before (which answers, or is gone) until the session
                 // drops the reader.
                 while let Some(r) = link.from_verifier.recv().await {
                     pass_on(link.client, &s.drift(), r, link.replies).await;
                 }
-                return Ended::End(end);
+                return Ended::End;
             }
             Err(e) => return Ended::Broken(Lost::Refused(e)),
         }

@@ -12,7 +12,7 @@ pub use super::shared::Interrupt;
 use super::shared::Shared;
 use super::spool::{self as spooling, Backlog, Item, Spool};
 use ostm_protocol::format::recording::{check_target, Durability};
-use ostm_protocol::session::{self, Goal, Input, Limits, Restart, Transmit, Verifier};
+use ostm_protocol::session::{self, Goal, Limits, Restart, Transmit, Verifier};
 pub use ostm_protocol::session::{Failure, Gap, Stop};
 use ostm_protocol::sim::fields::{self, Fields};
 use ostm_protocol::sim::op::for_each_op;
@@ -485,22 +485,15 @@ impl Driver<'_> {
 
     /// One item other than records: into the core, then what it says.
     fn take(&mut self, item: Item, events: &mut impl FnMut(Event<'_>)) {
-        let input = match item {
-            Item::Attached { welcome, world } => {
+        match item {
+            Item::Attached { ref welcome, .. } => {
                 if self.welcome.is_none() && self.core.attached_at().is_none() {
-                    self.welcome = Some(welcome);
-                }
-                Input::Attached {
-                    world,
-                    connection: self.shared.connection.load(Ordering::SeqCst),
+                    self.welcome = Some(*welcome);
                 }
             }
-            Item::Resync(world) => {
+            Item::Resync(ref world) => {
                 debug!(from = self.core.world().step, to = world.step, "resync");
-                Input::Resync(world)
             }
-            Item::End(e) => Input::End(e),
-            Item::Lost { why, last } => Input::Lost { why, last },
             Item::Missing { why } => {
                 // A notice from the reader: the verifier waits as it is, for the keyframe
                 // that closes the gap (or the end that leaves it open).
@@ -544,8 +537,10 @@ impl Driver<'_> {
                 });
                 return;
             }
-        };
-        self.core.handle(input);
+            Item::End(_) | Item::Lost { .. } => {}
+        }
+        // The one mapping from what the reader delivered to the core's input.
+        let _ = item.give(&mut self.core);
         self.after(events);
     }
 

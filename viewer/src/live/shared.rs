@@ -1,8 +1,7 @@
 //! What the readers (TCP, [`super::network`]; NATS, [`super::nats`]) and the verifier
 //! ([`super::session`]) share, below all three: the counters and the stop flag they both
-//! see, how a reader's connection ended, and the drift replies' waits and refusals.
+//! see, how the NATS reader's stream ended, and the drift replies' waits and refusals.
 
-use ostm_protocol::wire::End;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,12 +47,10 @@ pub const HOST_CLOSED: &str = "the host has closed the connection; it cannot be 
 pub const NATS_READER_STOPPED: &str =
     "the viewer's NATS reader has stopped; the host cannot be asked through it any more";
 
-/// How one connection's stream ended; `Why` is the reader's own reason type (the TCP
-/// reader's [`super::network::Lost`], the NATS reader's [`super::nats::Lost`]).
+/// How the NATS reader's stream ended; `Why` is its reason type ([`super::nats::Lost`]).
 pub enum Ended<Why> {
-    Cancelled,
     /// The host's end message (already in the spool).
-    End(End),
+    End,
     /// Lost: the reason.
     Lost(Why),
     /// A protocol error: final.

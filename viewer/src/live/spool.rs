@@ -11,8 +11,7 @@
 //! caught up (a gap, never a silent loss).
 
 use bytes::Bytes;
-use ostm_protocol::wire::{End, Record, RecordRun, Welcome};
-use ostm_protocol::World;
+use ostm_protocol::wire::{Record, RecordRun};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
@@ -122,41 +121,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// The file is written and read in pieces of this size.
 const CHUNK: usize = 256 * 1024;
 
-/// One thing the verifier is told, in stream order.
-#[derive(Debug)]
-pub enum Item {
-    /// A connection's handshake is done: the host's welcome and its attach snapshot (the
-    /// first connection, and each reconnection).
-    Attached {
-        welcome: Welcome,
-        world: World,
-    },
-    Record(Record),
-    /// Record frames as they came, decoded by the verifier.
-    Records(RecordRun),
-    /// A resync snapshot.
-    Resync(World),
-    /// Steps that never came (on NATS: they are not on the stream), from the viewer's step
-    /// to `to`: the viewer continues from `world`, the keyframe at step `to` that closed
-    /// the gap, or, with none, the stream ended (or was lost) first. Reported as a gap.
-    Gap {
-        to: u64,
-        world: Option<World>,
-        why: String,
-    },
-    /// Records are missing from the NATS stream at the viewer's step (a record past it
-    /// came): the viewer waits for a keyframe, which a `Gap` then gives.
-    Missing {
-        why: String,
-    },
-    /// The host's end message.
-    End(End),
-    /// The connection failed or closed without an end; `final` when no reconnection follows.
-    Lost {
-        why: String,
-        last: bool,
-    },
-}
+/// One thing the verifier is told, in stream order: what a reader delivers.
+pub use ostm_protocol::reader::Arrival as Item;
 
 /// A place in the queue: an item in memory, or that many entries (records or runs) in
 /// the file.
