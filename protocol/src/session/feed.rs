@@ -9,7 +9,7 @@
 //! restarts at the keyframe ([`gap`]). The end with steps heard of past the viewer's
 //! leaves a gap open, reported to the end.
 
-use super::{Input, Plant, Verifier};
+use super::{Input, Verifier};
 use crate::wire::nats::{Follow, Take};
 use crate::wire::RecordRef;
 use crate::{Op, World};
@@ -66,9 +66,8 @@ impl Feed {
     /// `None` when it was skipped, or did not verify ([`Verifier::is_stopped`] tells).
     pub fn record(&mut self, v: &mut Verifier, r: RecordRef<'_>, ops: &[Op]) -> Option<u64> {
         let next = self.follow(v).next();
-        let plant = v.planted();
-        if plant == Some(Plant::AcceptDuplicate) && r.step.wrapping_add(1) == next
-            || plant == Some(Plant::SkipGapCheck) && r.step > next
+        if planted!(v, AcceptDuplicate) && r.step.wrapping_add(1) == next
+            || planted!(v, SkipGapCheck) && r.step > next
         {
             return v.handle_record(r, ops);
         }

@@ -25,6 +25,28 @@
 //!   keyframe that closes them.
 //! - [`trail`]: the world before the step being verified, without a copy per step.
 
+/// Whether fault `$p` is planted in verifier `$v` (never, without the `plants` feature:
+/// the branch is then not compiled in).
+#[cfg(feature = "plants")]
+macro_rules! planted {
+    ($v:expr, $p:ident) => {
+        $v.planted() == Some($crate::session::Plant::$p)
+    };
+}
+#[cfg(not(feature = "plants"))]
+macro_rules! planted {
+    ($v:expr, $p:ident) => {
+        $crate::session::no_plant()
+    };
+}
+
+/// No fault is planted: the `plants` feature is off.
+#[cfg(not(feature = "plants"))]
+#[inline(always)]
+pub(crate) const fn no_plant() -> bool {
+    false
+}
+
 pub mod drift;
 pub mod feed;
 pub mod trail;
@@ -252,6 +274,7 @@ impl From<String> for Failure {
     }
 }
 
+#[cfg(feature = "plants")]
 /// A fault planted in the verifier on purpose, so that the seeded simulation of whole
 /// sessions (`scripts/simulate --plant NAME`) can show it catches each one. Never set
 /// outside that simulation.
@@ -272,6 +295,7 @@ pub enum Plant {
     OkWithOpenGap,
 }
 
+#[cfg(feature = "plants")]
 impl Plant {
     /// Every plant, with its name on the command line.
     pub const ALL: [(Plant, &'static str); 6] = [
@@ -349,6 +373,7 @@ pub struct Verifier {
     missing: bool,
     /// The steps each resync went over.
     resynced: Vec<Gap>,
+    #[cfg(feature = "plants")]
     plant: Option<Plant>,
     events: VecDeque<Event>,
     transmits: VecDeque<Transmit>,
@@ -394,6 +419,7 @@ impl Verifier {
             open_gap: None,
             missing: false,
             resynced: Vec::new(),
+            #[cfg(feature = "plants")]
             plant: None,
             events: VecDeque::new(),
             transmits: VecDeque::new(),
@@ -442,12 +468,14 @@ impl Verifier {
     }
 
     /// Plants a fault (the simulation's `--plant`; see [`Plant`]).
+    #[cfg(feature = "plants")]
     #[doc(hidden)]
     pub fn plant(&mut self, plant: Plant) {
         self.plant = Some(plant);
     }
 
     /// The fault planted, if any.
+    #[cfg(feature = "plants")]
     #[doc(hidden)]
     pub fn planted(&self) -> Option<Plant> {
         self.plant
@@ -549,7 +577,7 @@ impl Verifier {
                 self.rejoin(world, why, true);
             }
             Input::Rejoined { world, why } => {
-                if !self.same_world(&world) && self.plant != Some(Plant::AcceptForeignKeyframe) {
+                if !self.same_world(&world) && !planted!(self, AcceptForeignKeyframe) {
                     self.finish(Stop::Failed(Failure::KeyframeOfAnotherWorld));
                     return;
                 }
@@ -572,7 +600,7 @@ impl Verifier {
                 }
                 self.resyncs += 1;
                 let from = self.world.step;
-                if self.plant == Some(Plant::KeepWorldOnResync) {
+                if planted!(self, KeepWorldOnResync) {
                     return;
                 }
                 self.restart(world);
@@ -636,11 +664,11 @@ impl Verifier {
             }
             State::Drifting { .. } | State::Stopped => return None,
         }
-        if self.plant == Some(Plant::AcceptDuplicate) && r.step + 1 == self.world.step {
+        if planted!(self, AcceptDuplicate) && r.step + 1 == self.world.step {
             self.verified += 1;
             return Some(r.hash);
         }
-        if r.step != self.world.step && self.plant != Some(Plant::SkipGapCheck) {
+        if r.step != self.world.step && !planted!(self, SkipGapCheck) {
             self.finish(Stop::Failed(Failure::OutOfStep {
                 got: r.step,
                 expected: self.world.step,
@@ -668,7 +696,7 @@ impl Verifier {
                 step: self.world.step,
                 connection: self.connection,
             });
-            if self.plant == Some(Plant::RecordBeforeVerify) {
+            if planted!(self, RecordBeforeVerify) {
                 return Some(r.hash);
             }
             return None;
@@ -704,7 +732,7 @@ impl Verifier {
             State::Lost(why) if self.missing => Some(why.clone()),
             _ => self.open_gap.clone(),
         }
-        .filter(|_| self.plant != Some(Plant::OkWithOpenGap));
+        .filter(|_| !planted!(self, OkWithOpenGap));
         if let Some(why) = &open_gap {
             gaps.push(Gap::new(
                 self.world.step,

@@ -444,21 +444,23 @@ pub enum Finish {
 /// never points at bytes a crash could still lose.
 pub const FINISH: [Finish; 2] = [Finish::SyncTemp, Finish::RenameOver];
 
+#[cfg(feature = "plants")]
 static RENAME_BEFORE_SYNC: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
 /// The order the steps are taken in: [`FINISH`], unless the simulation planted the fault
-/// that renames first ([`plant_rename_before_sync`]).
+/// that renames first (`plant_rename_before_sync`, with the `plants` feature only).
 pub fn finish_order() -> [Finish; 2] {
+    #[cfg(feature = "plants")]
     if RENAME_BEFORE_SYNC.load(std::sync::atomic::Ordering::Relaxed) {
-        [Finish::RenameOver, Finish::SyncTemp]
-    } else {
-        FINISH
+        return [Finish::RenameOver, Finish::SyncTemp];
     }
+    FINISH
 }
 
 /// Plants the fault `scripts/simulate --plant rename-before-sync` must catch: finished
 /// files are renamed before they are synced. Never called outside that simulation.
+#[cfg(feature = "plants")]
 #[doc(hidden)]
 pub fn plant_rename_before_sync() {
     RENAME_BEFORE_SYNC.store(true, std::sync::atomic::Ordering::Relaxed);
