@@ -44,7 +44,12 @@ const STREAM_RETRY_MAX: Duration = Duration::from_secs(5);
 /// What the publisher is asked to do.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// The servers as messages name them (several joined by commas).
     pub url: String,
+    /// The servers the client takes one of, failing over to the others.
+    pub servers: ostm_protocol::wire::nats::Servers,
+    /// The stream's replicas, when the host creates it.
+    pub replicas: usize,
     pub session: Session,
     /// A keyframe every this many steps.
     pub keyframe_every: u64,
@@ -67,6 +72,7 @@ impl Options {
             storage: stream::StorageType::File,
             duplicate_window: names::duplicate_window(self.max_age),
             allow_direct: true,
+            num_replicas: self.replicas,
             ..Default::default()
         }
     }
@@ -250,7 +256,7 @@ async fn connect_options(
 pub async fn prepare(opts: &Options, counters: &Arc<Counters>) -> Result<Prepared, String> {
     let client = match connect_options(opts, counters)
         .await?
-        .connect(&opts.url)
+        .connect(opts.servers.urls())
         .await
     {
         Ok(c) => c,
@@ -303,6 +309,13 @@ async fn make_stream(js: &jetstream::Context, opts: &Options) -> Result<(), Fail
     // A stream made by an older host stored `ostm.NAME.*`, drift requests too: it keeps
     // its settings and gets the subjects of docs/fan-out.md.
     let mut have = s.cached_info().config.clone();
+    if have.num_replicas.max(1) != opts.replicas {
+        warn!(
+            "the NATS stream {name} exists with {} replicas; using it as it is (--replicas {} applies to a stream the host creates)",
+            have.num_replicas.max(1),
+            opts.replicas
+        );
+    }
     if have.subjects != subjects {
         info!(stream = %name, from = ?have.subjects, "setting the stream's subjects");
         have.subjects = subjects;
@@ -365,7 +378,11 @@ async fn client(
                     return None;
                 }
             };
-            match o.retry_on_initial_connect().connect(&opts.url).await {
+            match o
+                .retry_on_initial_connect()
+                .connect(opts.servers.urls())
+                .await
+            {
                 Ok(c) => {
                     let _ = counters.client.set(c.clone());
                     Some((c, false))

@@ -78,6 +78,10 @@ pub const DEFAULT_STALL_MS: u64 = 10_000;
   ostm-host serve --metrics 9464
   # Fire a drift on purpose at step 600 (to test alerts: docs/metrics.md)
   ostm-host serve --metrics 9464 --drift-at 600
+  # Publish to NATS JetStream too (docs/fan-out.md); on a 3-server cluster, through any of
+  # them, the stream kept on all three
+  ostm-host serve --publish nats://127.0.0.1:4222 --session demo
+  ostm-host serve --publish nats://127.0.0.1:4222,127.0.0.1:4223,127.0.0.1:4224 --session demo --replicas 3
   # Viewers join at any step: ostm-viewer attach ADDR, ostm-viewer check ADDR --steps N
 
 The first line on stdout is `ostm-host listening on ADDR` (the bound address, so port 0
@@ -255,9 +259,15 @@ fn parse_drift_at(s: &str) -> Result<DriftAt, String> {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct NatsArgs {
     /// Also publish the stream to this NATS server (nats://HOST:PORT), on the subjects of
-    /// --session; TCP viewers are served as before.
+    /// --session; TCP viewers are served as before. Several servers of a cluster joined by
+    /// commas (nats://HOST:PORT,HOST:PORT): the client takes one and fails over to the
+    /// others.
     #[arg(long, value_name = "URL", requires = "session")]
     pub publish: Option<String>,
+    /// The stream's replicas, 1 to 5 (a cluster of at least N servers). A stream of that
+    /// name that exists with other replicas is used as it is.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "publish", value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub replicas: u8,
     /// The session's name on NATS: 1..=64 of A-Z a-z 0-9 _ -.
     #[arg(long, value_name = "NAME", requires = "publish")]
     pub session: Option<String>,
@@ -287,6 +297,12 @@ impl NatsArgs {
         let (Some(url), Some(session)) = (&self.publish, &self.session) else {
             return Ok(None);
         };
+        let servers = ostm_protocol::wire::nats::Servers::parse(url).ok_or_else(|| {
+            format!(
+                "--publish: {}",
+                ostm_protocol::wire::nats::servers_expected(url)
+            )
+        })?;
         let session = ostm_protocol::wire::nats::Session::new(session)
             .map_err(|e| format!("--session: {e}"))?;
         let every =
@@ -296,7 +312,9 @@ impl NatsArgs {
             return Err("--keyframe-every must be at least 1".into());
         }
         Ok(Some(crate::publish::Options {
-            url: url.clone(),
+            url: servers.to_string(),
+            servers,
+            replicas: usize::from(self.replicas),
             session,
             keyframe_every: every,
             rate,

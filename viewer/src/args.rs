@@ -29,6 +29,8 @@ use std::time::Duration;
   # A host on a non-loopback address requires its token, and serves TLS
   OSTM_TOKEN=... ostm-viewer attach sim.example.org:7878 --tls
   ostm-viewer attach 10.0.0.5:7878 --token-file ~/.ostm-token --tls-ca ca.pem --tls-name sim
+  # A session on a NATS cluster: through any of its servers, failing over to the others
+  ostm-viewer attach nats://127.0.0.1:4222,127.0.0.1:4223,127.0.0.1:4224/demo --record demo.ostm
   # A linked world: the link line names the role; print both fields at steps 300 and 450
   ostm-viewer attach 127.0.0.1:7878 --fields-at 300,450 --until 450
   # Watch the session in the terminal (also over SSH); q or Ctrl-C stops, on drift the
@@ -63,7 +65,8 @@ Exit codes:
      ending with an error, or a recording that could not be written")]
 pub struct AttachArgs {
     /// The host's address, HOST[:PORT] (port 7878 when none is given), or
-    /// nats://HOST:PORT/NAME for a session on NATS JetStream.
+    /// nats://HOST:PORT/NAME for a session on NATS JetStream (several servers of a cluster
+    /// joined by commas before /NAME: nats://HOST:PORT,HOST:PORT/NAME).
     pub addr: String,
     /// Stop after verifying this many steps.
     #[arg(long)]

@@ -55,6 +55,69 @@ pub fn check_session(name: &str) -> Result<(), String> {
     }
 }
 
+/// The NATS servers of an address (docs/fan-out.md, "Servers and failover"): `nats://`
+/// then one or more `HOST:PORT` (or `HOST`) joined by commas, each of which may repeat
+/// `nats://`; nothing may be empty or hold `/` or white space. The client connects to
+/// one of them and fails over to the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Servers(Vec<String>);
+
+impl Servers {
+    /// A server list, as the host's `--publish` and `ostm-viewer sessions` take it (one
+    /// `/` at its end is allowed); `None` when it is not one.
+    pub fn parse(list: &str) -> Option<Servers> {
+        Servers::strict(list.strip_suffix('/').unwrap_or(list))
+    }
+
+    fn strict(list: &str) -> Option<Servers> {
+        let rest = list.strip_prefix("nats://")?;
+        let mut urls = Vec::new();
+        for item in rest.split(',') {
+            let item = item.strip_prefix("nats://").unwrap_or(item);
+            if item.is_empty() || item.contains('/') || item.chars().any(char::is_whitespace) {
+                return None;
+            }
+            urls.push(format!("nats://{item}"));
+        }
+        Some(Servers(urls))
+    }
+
+    /// Each server's URL, `nats://HOST:PORT`, in the order given.
+    pub fn urls(&self) -> &[String] {
+        &self.0
+    }
+}
+
+/// The servers joined by commas, each `nats://HOST:PORT`: how messages name them.
+impl std::fmt::Display for Servers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join(","))
+    }
+}
+
+/// The sentence for a server list that is not one, after the input that gave it.
+pub fn servers_expected(input: &str) -> String {
+    format!("{input}: expected nats://HOST:PORT, or several joined by commas (nats://HOST:PORT,HOST:PORT)")
+}
+
+/// A viewer's session address: a server list ([`Servers`]), then `/NAME`, the session's
+/// name being everything after the last `/` (`nats://h1:4222,h2:4222/demo`). `None` for an
+/// address not beginning with `nats://`. A bad NAME is refused with the session name's
+/// one sentence ([`Session::new`]) after the address.
+pub fn session_address(addr: &str) -> Option<Result<(Servers, Session), String>> {
+    addr.strip_prefix("nats://")?;
+    let bad = || format!("{addr}: expected nats://HOST:PORT/NAME");
+    Some(match addr.rsplit_once('/') {
+        Some((servers, name)) if servers.len() > "nats:/".len() => match Servers::strict(servers) {
+            Some(servers) => Session::new(name)
+                .map(|session| (servers, session))
+                .map_err(|e| format!("{addr}: {e}")),
+            None => Err(bad()),
+        },
+        _ => Err(bad()),
+    })
+}
+
 /// One session's stream and subjects (docs/fan-out.md, "Subjects and stream").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
@@ -555,6 +618,58 @@ mod tests {
         assert_eq!(ids.keyframe(0), "r1-key-0");
         assert_eq!(ids.end(), "r1-end");
         assert_eq!(MAX_PAYLOAD, 131_094);
+    }
+
+    #[test]
+    fn server_lists_and_session_addresses_follow_the_doc() {
+        let urls = |s: &str| Servers::parse(s).map(|s| s.urls().to_vec());
+        assert_eq!(urls("nats://h:1").unwrap(), ["nats://h:1"]);
+        assert_eq!(urls("nats://h:1/").unwrap(), ["nats://h:1"]);
+        assert_eq!(
+            urls("nats://h:1,g:2,nats://k:3").unwrap(),
+            ["nats://h:1", "nats://g:2", "nats://k:3"]
+        );
+        assert_eq!(
+            Servers::parse("nats://h:1,nats://g:2").unwrap().to_string(),
+            "nats://h:1,nats://g:2"
+        );
+        for bad in [
+            "h:1",
+            "nats://",
+            "nats://h:1,",
+            "nats://,h:1",
+            "nats://h:1/x",
+            "nats://h :1",
+            "tls://h:1",
+        ] {
+            assert_eq!(urls(bad), None, "{bad}");
+        }
+        let (servers, session) = session_address("nats://h:1,nats://g:2/demo")
+            .unwrap()
+            .unwrap();
+        assert_eq!(servers.urls(), ["nats://h:1", "nats://g:2"]);
+        assert_eq!(session.name(), "demo");
+        let (servers, _) = session_address("nats://h:1,g:2/demo").unwrap().unwrap();
+        assert_eq!(servers.urls(), ["nats://h:1", "nats://g:2"]);
+        assert!(session_address("h:1/demo").is_none());
+        for bad in [
+            "nats://h:1",
+            "nats:///demo",
+            "nats://h:1,/demo",
+            "nats://h:1//demo",
+            "nats://h:1/",
+        ] {
+            let e = session_address(bad).unwrap().unwrap_err();
+            assert!(
+                e == format!("{bad}: expected nats://HOST:PORT/NAME") || e.contains("session name"),
+                "{bad}: {e}"
+            );
+        }
+        let e = session_address("nats://h:1,g:2/a.b").unwrap().unwrap_err();
+        assert!(
+            e.starts_with("nats://h:1,g:2/a.b: session name `a.b`"),
+            "{e}"
+        );
     }
 
     #[test]

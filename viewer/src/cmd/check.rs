@@ -16,6 +16,8 @@ use ostm_protocol::session::Goal;
   ostm-viewer check 127.0.0.1:7878 --steps 600
   # The verdict as one JSON object
   ostm-viewer check 127.0.0.1:7878 --steps 600 --json | jq -r .verdict
+  # A session on a NATS cluster, through whichever of its servers answers
+  ostm-viewer check nats://127.0.0.1:4222,127.0.0.1:4223/demo --steps 600
   # A host on a non-loopback address requires its token (here from OSTM_TOKEN) and TLS
   ostm-viewer check sim.example.org:7878 --steps 600 --tls
   # crontab: every 5 minutes; cron mails the line when the exit code is not 0
@@ -36,7 +38,8 @@ Exit codes:
      that ended before N steps were verified")]
 pub struct Args {
     /// The host's address, HOST[:PORT] (port 7878 when none is given), or
-    /// nats://HOST:PORT/NAME for a session on NATS JetStream.
+    /// nats://HOST:PORT/NAME for a session on NATS JetStream (several servers of a cluster
+    /// joined by commas before /NAME: nats://HOST:PORT,HOST:PORT/NAME).
     pub addr: String,
     /// Steps to verify.
     #[arg(long)]

@@ -10,6 +10,8 @@ use ostm_runtime::cli::NatsAuthArgs;
 #[command(after_help = "Examples:
   # The sessions on a local server, as a table
   ostm-viewer sessions nats://127.0.0.1:4222
+  # The sessions of a cluster, through whichever of its servers answers
+  ostm-viewer sessions nats://127.0.0.1:4222,127.0.0.1:4223,127.0.0.1:4224
   # As JSON: the names of the sessions still running
   ostm-viewer sessions nats://127.0.0.1:4222 --json | jq -r '.sessions[] | select(.ended == false) | .session'
   # Then attach to one of them, or rewind it to its oldest keyframe
@@ -27,7 +29,8 @@ Exit codes:
   0  listed (also when the server holds no session)
   2  a bad address, or the server cannot be reached or has no JetStream")]
 pub struct Args {
-    /// The NATS server, nats://HOST:PORT.
+    /// The NATS server, nats://HOST:PORT, or several joined by commas
+    /// (nats://HOST:PORT,HOST:PORT: the client takes one and fails over to the others).
     pub server: String,
     /// Print one JSON object.
     #[arg(long)]
@@ -57,7 +60,7 @@ pub fn run(args: Args) -> Exit {
         let sessions: Vec<_> = listed.iter().map(to_json).collect();
         println!(
             "{}",
-            serde_json::json!({"server": url, "sessions": sessions})
+            serde_json::json!({"server": url.to_string(), "sessions": sessions})
         );
     } else if listed.is_empty() {
         println!("no sessions on {url}");
@@ -67,16 +70,11 @@ pub fn run(args: Args) -> Exit {
     Exit::Ok
 }
 
-/// `nats://HOST:PORT`, checked.
-fn server(s: &str) -> Result<String, String> {
-    match s.strip_prefix("nats://") {
-        Some(rest) if !rest.is_empty() && !rest.trim_end_matches('/').contains('/') => {
-            Ok(format!("nats://{}", rest.trim_end_matches('/')))
-        }
-        _ => Err(format!(
-            "{s}: expected nats://HOST:PORT, the server (attach takes nats://HOST:PORT/NAME)"
-        )),
-    }
+/// `nats://HOST:PORT` (or several joined by commas), checked.
+fn server(s: &str) -> Result<ostm_protocol::wire::nats::Servers, String> {
+    ostm_protocol::wire::nats::Servers::parse(s).ok_or_else(|| {
+        format!("{s}: expected nats://HOST:PORT, the server, or several joined by commas (attach takes nats://HOST:PORT/NAME)")
+    })
 }
 
 fn to_json(l: &Listed) -> serde_json::Value {
@@ -170,11 +168,10 @@ mod tests {
 
     #[test]
     fn the_server_address_is_checked() {
-        assert_eq!(
-            server("nats://127.0.0.1:4222").unwrap(),
-            "nats://127.0.0.1:4222"
-        );
-        assert_eq!(server("nats://h:1/").unwrap(), "nats://h:1");
+        let s = |a: &str| server(a).unwrap().to_string();
+        assert_eq!(s("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(s("nats://h:1/"), "nats://h:1");
+        assert_eq!(s("nats://h:1,g:2"), "nats://h:1,nats://g:2");
         for bad in ["127.0.0.1:4222", "nats://", "nats://h:1/demo"] {
             assert!(server(bad)
                 .unwrap_err()

@@ -19,12 +19,14 @@ use std::sync::Arc;
 #[command(
     mut_arg("addr", |a| a
         .value_name("ADDR|FILE")
-        .help("A live host's address, HOST[:PORT] or nats://HOST:PORT/NAME, as for attach; or a replay file (.ostm) to scrub through")),
+        .help("A live host's address, HOST[:PORT] or nats://HOST:PORT/NAME (servers joined by commas: nats://HOST:PORT,HOST:PORT/NAME), as for attach; or a replay file (.ostm) to scrub through")),
     after_help = "Examples:
   # Watch a live host; open the URL printed first in a browser
   ostm-viewer watch 127.0.0.1:7878
   # The same, recording the session, with a ghost drawn beside the live bodies
   ostm-viewer watch 127.0.0.1:7878 --record session.ostm --ghost run.ospc
+  # A session on a NATS cluster, through any of its servers
+  ostm-viewer watch nats://127.0.0.1:4222,127.0.0.1:4223/demo
   # Scrub through a replay: timeline, play, pause, speed, one step back or forward
   ostm-viewer watch testdata/test-10000.ostm
   # Serve the page to other machines: a token is required, and is part of the URL printed

@@ -35,27 +35,25 @@ pub const DRIFT_TIMEOUT: Duration = Duration::from_secs(5);
 /// came), so the verifier waits longer and reports the reader's reason.
 pub const DRIFT_WAIT: Duration = Duration::from_secs(DRIFT_TIMEOUT.as_secs() + 5);
 
-/// A session on NATS: the server and the session's name.
+/// A session on NATS: the servers and the session's name.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// The servers as messages name them (`nats://HOST:PORT`, several joined by commas).
     pub url: String,
+    pub servers: wire::Servers,
     pub session: Session,
 }
 
-/// `nats://HOST:PORT/NAME` as server and session; `None` for any other address. A bad
-/// NAME is refused with the session name's one sentence ([`Session::new`]), as the host's
-/// `--session` is, after the address.
+/// `nats://HOST:PORT/NAME` (or a list of servers, `nats://H1:P1,H2:P2/NAME`) as servers
+/// and session; `None` for any other address. The rule is [`wire::session_address`]'s.
 pub fn parse(addr: &str) -> Option<Result<Target, String>> {
-    let rest = addr.strip_prefix("nats://")?;
-    Some(match rest.split_once('/') {
-        Some((server, name)) if !server.is_empty() => Session::new(name)
-            .map(|session| Target {
-                url: format!("nats://{server}"),
-                session,
-            })
-            .map_err(|e| format!("{addr}: {e}")),
-        _ => Err(format!("{addr}: expected nats://HOST:PORT/NAME")),
-    })
+    Some(
+        wire::session_address(addr)?.map(|(servers, session)| Target {
+            url: servers.to_string(),
+            servers,
+            session,
+        }),
+    )
 }
 
 /// Checks a live address with `--from-step` before anything is announced: a NATS address
@@ -217,10 +215,13 @@ async fn open(dial: &Dial) -> Result<(async_nats::Client, jetstream::stream::Str
     let t = &dial.target;
     let s = &t.session;
     let options = dial.auth.connect_options().await.map_err(Lost::Options)?;
-    let client = options.connect(&t.url).await.map_err(|err| Lost::Connect {
-        url: t.url.clone(),
-        err,
-    })?;
+    let client = options
+        .connect(t.servers.urls())
+        .await
+        .map_err(|err| Lost::Connect {
+            url: t.url.clone(),
+            err,
+        })?;
     let stream = jetstream::new(client.clone())
         .get_stream(s.stream())
         .await

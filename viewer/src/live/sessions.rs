@@ -4,7 +4,9 @@
 
 use async_nats::jetstream::context::{RequestError, RequestErrorKind};
 use futures::StreamExt;
-use ostm_protocol::wire::nats::{self as wire, Session, COUNT_HEADER, RATE_HEADER, STEP_HEADER};
+use ostm_protocol::wire::nats::{
+    self as wire, Servers, Session, COUNT_HEADER, RATE_HEADER, STEP_HEADER,
+};
 use ostm_protocol::World;
 use ostm_runtime::cli::NatsAuthArgs;
 
@@ -56,16 +58,18 @@ impl WorldLine {
     }
 }
 
-/// Lists the sessions on the server at `url` (`nats://HOST:PORT`), by name.
+/// Lists the sessions on the servers `servers` (`nats://HOST:PORT`, or several: the
+/// client takes one and fails over to the others), by name.
 ///
 /// # Errors
 /// The server cannot be reached, or has no JetStream (what to do: start it with `-js`):
 /// a sentence naming it.
-pub async fn list(url: &str, auth: &NatsAuthArgs) -> Result<Vec<Listed>, String> {
+pub async fn list(servers: &Servers, auth: &NatsAuthArgs) -> Result<Vec<Listed>, String> {
+    let url = &servers.to_string();
     let client = auth
         .connect_options()
         .await?
-        .connect(url)
+        .connect(servers.urls())
         .await
         .map_err(|e| format!("cannot connect to NATS at {url}: {e}"))?;
     let js = async_nats::jetstream::new(client);
