@@ -6,7 +6,12 @@
 //! - [`Proc`] is a child process whose stdout and stderr are read by two threads from the
 //!   moment it starts, so a child never blocks on a full pipe whatever it prints and
 //!   however slow the machine is; every wait is bounded by [`LIMIT`].
+//! - [`Cluster`] is a JetStream cluster of real `nats-server`s on 127.0.0.1 that a test
+//!   can kill, pause, restart and corrupt nodes of.
 
+mod cluster;
 mod proc;
+
+pub use cluster::{free_port, monitor, nats_bin, Cluster, Node};
 
 pub use proc::{bin, run, signal, Proc, LIMIT};

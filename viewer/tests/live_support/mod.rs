@@ -6,7 +6,7 @@ pub mod tmux;
 
 use ostm_protocol::sim::scenario::Scenario;
 use ostm_protocol::{Replay, Setup, World};
-pub use ostm_testkit::{signal, Proc, LIMIT};
+pub use ostm_testkit::{free_port, nats_bin, signal, Proc, LIMIT};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output};
 use std::time::Instant;
@@ -306,28 +306,6 @@ pub struct Nats {
     extra: Vec<String>,
     /// Started with `-js`.
     jetstream: bool,
-}
-
-/// The `nats-server` binary (Debian's package `nats-server`; `.ci/run` installs it).
-pub fn nats_bin() -> PathBuf {
-    for p in [
-        "/usr/sbin/nats-server",
-        "/usr/bin/nats-server",
-        "/usr/local/bin/nats-server",
-    ] {
-        if Path::new(p).exists() {
-            return PathBuf::from(p);
-        }
-    }
-    panic!("nats-server is not installed: run scripts/test, which installs it");
-}
-
-/// A port nothing listens on now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 impl Nats {

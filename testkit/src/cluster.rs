@@ -1,0 +1,403 @@
+//! A JetStream cluster of real `nats-server`s on 127.0.0.1 (Debian's package
+//! `nats-server`), for tests that put faults on one: each node its own configuration file,
+//! store directory (in one temporary directory), client, route and monitoring port (free
+//! ports), `server_name` `n0`, `n1`, …, and routes to every other node. Every wait is on a
+//! condition read from the nodes' monitoring endpoints, bounded by [`LIMIT`]; every node is
+//! killed when the cluster is dropped, also when a test fails.
+
+use crate::{Proc, LIMIT};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The `nats-server` binary (Debian's package `nats-server`; `.ci/run` installs it).
+///
+/// # Panics
+/// It is not installed.
+pub fn nats_bin() -> PathBuf {
+    for p in [
+        "/usr/sbin/nats-server",
+        "/usr/bin/nats-server",
+        "/usr/local/bin/nats-server",
+    ] {
+        if Path::new(p).exists() {
+            return PathBuf::from(p);
+        }
+    }
+    panic!("nats-server is not installed: run scripts/test, which installs it");
+}
+
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One node of a [`Cluster`].
+pub struct Node {
+    /// Its `server_name`: `n0`, `n1`, …
+    pub name: String,
+    /// The port clients connect to.
+    pub port: u16,
+    /// The port of its routes to the other nodes.
+    pub route_port: u16,
+    /// The port of its monitoring endpoints (`/jsz`, `/routez`, `/healthz`).
+    pub http_port: u16,
+    /// Its JetStream store directory.
+    pub store: PathBuf,
+    conf: PathBuf,
+    proc: Option<Proc>,
+    paused: bool,
+}
+
+impl Node {
+    /// `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Running (started and not killed; a paused node is running).
+    pub fn running(&self) -> bool {
+        self.proc.is_some()
+    }
+
+    fn spawn(&mut self) {
+        self.proc = Some(Proc::spawn(
+            Command::new(nats_bin()).arg("-c").arg(&self.conf),
+        ));
+        self.paused = false;
+    }
+}
+
+/// An N-node JetStream cluster on 127.0.0.1; every node is killed when it is dropped.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    dir: tempfile::TempDir,
+}
+
+/// `GET path` on 127.0.0.1:`port`, the body as JSON; `None` when the node does not answer
+/// or the body is not JSON.
+pub fn monitor(port: u16, path: &str) -> Option<serde_json::Value> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let (_, body) = text.split_once("\r\n\r\n")?;
+    serde_json::from_str(body).ok()
+}
+
+impl Cluster {
+    /// Starts `n` nodes and waits until they form the cluster and JetStream is ready on
+    /// each ([`Cluster::wait_ready`]).
+    ///
+    /// # Panics
+    /// A node cannot be started, or the cluster is not ready within [`LIMIT`].
+    pub fn start(n: usize) -> Cluster {
+        let dir = tempfile::tempdir().expect("the cluster's directory");
+        let ports: Vec<(u16, u16, u16)> = (0..n)
+            .map(|_| (free_port(), free_port(), free_port()))
+            .collect();
+        let mut nodes = Vec::new();
+        for (i, &(port, route_port, http_port)) in ports.iter().enumerate() {
+            let name = format!("n{i}");
+            let store = dir.path().join(&name);
+            std::fs::create_dir_all(&store).expect("a node's store directory");
+            let routes: Vec<String> = ports
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, p)| format!("\"nats-route://127.0.0.1:{}\"", p.1))
+                .collect();
+            let conf = dir.path().join(format!("{name}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "server_name: {name}\n\
+                     listen: \"127.0.0.1:{port}\"\n\
+                     http: \"127.0.0.1:{http_port}\"\n\
+                     jetstream {{\n  store_dir: \"{}\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}}\n\
+                     cluster {{\n  name: ostm\n  listen: \"127.0.0.1:{route_port}\"\n  routes: [{}]\n}}\n",
+                    store.display(),
+                    routes.join(", ")
+                ),
+            )
+            .expect("a node's configuration");
+            nodes.push(Node {
+                name,
+                port,
+                route_port,
+                http_port,
+                store,
+                conf,
+                proc: None,
+                paused: false,
+            });
+        }
+        for node in &mut nodes {
+            node.spawn();
+        }
+        let c = Cluster { nodes, dir };
+        c.wait_ready();
+        c
+    }
+
+    /// The client URLs of every node, joined by commas (`nats://127.0.0.1:P0,nats://…`):
+    /// a server list as both binaries take it.
+    pub fn urls(&self) -> String {
+        let all: Vec<String> = self.nodes.iter().map(Node::url).collect();
+        all.join(",")
+    }
+
+    /// The client URLs of the nodes `order` names, in that order, joined by commas.
+    pub fn urls_of(&self, order: &[usize]) -> String {
+        let all: Vec<String> = order.iter().map(|&i| self.nodes[i].url()).collect();
+        all.join(",")
+    }
+
+    /// The directory the configurations and stores are in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Waits until every running node that is not paused has routes to every other such
+    /// node, knows the JetStream meta leader, and says it is healthy (`/healthz`).
+    ///
+    /// # Panics
+    /// Not within [`LIMIT`]: the panic gives what each node last said.
+    pub fn wait_ready(&self) {
+        let up: Vec<&Node> = self
+            .nodes
+            .iter()
+            .filter(|n| n.running() && !n.paused)
+            .collect();
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let mut why = Vec::new();
+            for n in &up {
+                let routes = monitor(n.http_port, "/routez")
+                    .and_then(|r| r["num_routes"].as_u64())
+                    .unwrap_or(0);
+                let jsz = monitor(n.http_port, "/jsz");
+                let leader = jsz
+                    .as_ref()
+                    .and_then(|j| j["meta_cluster"]["leader"].as_str())
+                    .unwrap_or("")
+                    .to_string();
+                let health = monitor(n.http_port, "/healthz")
+                    .and_then(|h| h["status"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                if (routes as usize) < up.len() - 1 || leader.is_empty() || health != "ok" {
+                    why.push(format!(
+                        "{}: {routes} routes, meta leader {leader:?}, health {health:?}",
+                        n.name
+                    ));
+                }
+            }
+            if why.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster is not ready: {}",
+                why.join("; ")
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The name of the stream's leader and of its replicas, as a running node that hosts
+    /// the stream reports it (`/jsz?accounts=true&streams=true`); `None` while none does.
+    pub fn stream_cluster(&self, stream: &str) -> Option<(String, Vec<String>)> {
+        for n in self.nodes.iter().filter(|n| n.running() && !n.paused) {
+            let Some(j) = monitor(n.http_port, "/jsz?accounts=true&streams=true") else {
+                continue;
+            };
+            let accounts = j["account_details"].as_array().cloned().unwrap_or_default();
+            for a in accounts {
+                for s in a["stream_detail"].as_array().cloned().unwrap_or_default() {
+                    if s["name"].as_str() != Some(stream) {
+                        continue;
+                    }
+                    let Some(leader) = s["cluster"]["leader"].as_str() else {
+                        continue;
+                    };
+                    if leader.is_empty() {
+                        continue;
+                    }
+                    let replicas = s["cluster"]["replicas"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|r| r["name"].as_str().map(str::to_string))
+                        .collect();
+                    return Some((leader.to_string(), replicas));
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits until the stream has a leader among the running nodes, and returns that
+    /// node's index.
+    ///
+    /// # Panics
+    /// Not within [`LIMIT`].
+    pub fn wait_stream_leader(&self, stream: &str) -> usize {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Some((leader, _)) = self.stream_cluster(stream) {
+                if let Some(i) = self
+                    .nodes
+                    .iter()
+                    .position(|n| n.name == leader && n.running() && !n.paused)
+                {
+                    return i;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the stream {stream} has no leader among the running nodes"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Kills node `i` (SIGKILL), keeping its configuration and store.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(p) = self.nodes[i].proc.take() {
+            let _ = p.kill();
+        }
+        self.nodes[i].paused = false;
+    }
+
+    /// Pauses node `i` (SIGSTOP): its connections stay open and it does nothing until
+    /// [`Cluster::resume`].
+    pub fn pause(&mut self, i: usize) {
+        if let Some(p) = &self.nodes[i].proc {
+            p.signal("STOP");
+            self.nodes[i].paused = true;
+        }
+    }
+
+    /// Lets a paused node run again (SIGCONT).
+    pub fn resume(&mut self, i: usize) {
+        if let Some(p) = &self.nodes[i].proc {
+            p.signal("CONT");
+            self.nodes[i].paused = false;
+        }
+    }
+
+    /// Starts node `i` again (killing it first if it runs) with the same configuration
+    /// and store, and waits until the cluster is ready ([`Cluster::wait_ready`]).
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.nodes[i].spawn();
+        self.wait_ready();
+    }
+
+    /// Kills every node.
+    pub fn stop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+    }
+
+    /// The files of the stream's messages in node `i`'s store
+    /// (`jetstream/$G/streams/STREAM/msgs/*.blk`), sorted.
+    pub fn stream_files(&self, i: usize, stream: &str) -> Vec<PathBuf> {
+        let dir = self.nodes[i]
+            .store
+            .join("jetstream")
+            .join("$G")
+            .join("streams")
+            .join(stream)
+            .join("msgs");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "blk"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files
+    }
+
+    /// Cuts each of the stream's message files in node `i`'s store to `keep` of its
+    /// length (0.0 to 1.0), as a crash in the middle of a write leaves it. The node must
+    /// be down.
+    ///
+    /// # Panics
+    /// The node runs, or holds no file of the stream.
+    pub fn truncate_stream(&self, i: usize, stream: &str, keep: f64) {
+        assert!(
+            !self.nodes[i].running(),
+            "truncate a node's files while it is down"
+        );
+        let files = self.stream_files(i, stream);
+        assert!(
+            !files.is_empty(),
+            "{} holds no file of {stream}",
+            self.nodes[i].name
+        );
+        for f in files {
+            let len = std::fs::metadata(&f).expect("a stream file").len();
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&f)
+                .expect("open a stream file");
+            file.set_len((len as f64 * keep) as u64)
+                .expect("truncate a stream file");
+        }
+    }
+
+    /// Flips every bit of the byte at `at` of the stream's message files (their middle,
+    /// when `at` is past the end) in node `i`'s store. The node must be down. Returns the
+    /// files changed.
+    ///
+    /// # Panics
+    /// The node runs, or holds no file of the stream.
+    pub fn flip_byte(&self, i: usize, stream: &str, at: Option<u64>) -> Vec<PathBuf> {
+        assert!(
+            !self.nodes[i].running(),
+            "corrupt a node's files while it is down"
+        );
+        let files = self.stream_files(i, stream);
+        assert!(
+            !files.is_empty(),
+            "{} holds no file of {stream}",
+            self.nodes[i].name
+        );
+        let mut changed = Vec::new();
+        for f in files {
+            let mut bytes = std::fs::read(&f).expect("a stream file");
+            if bytes.is_empty() {
+                continue;
+            }
+            let k = at
+                .filter(|&a| (a as usize) < bytes.len())
+                .map_or(bytes.len() / 2, |a| a as usize);
+            bytes[k] ^= 0xff;
+            std::fs::write(&f, bytes).expect("write a stream file");
+            changed.push(f);
+        }
+        changed
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
