@@ -3,6 +3,7 @@
 //! and two recording viewers attached through different nodes, under a fault:
 //!
 //! - the stream's leader SIGKILLed, then started again on its configuration and store;
+//! - the stream's leader SIGSTOPped for 15 s of the host's steps, then SIGCONTed;
 //! - the node a viewer is attached to SIGKILLed for good: the viewer moves to another.
 //!
 //! Each time: the host keeps stepping; each viewer ends with every step from its attach
@@ -214,6 +215,8 @@ fn clients(c: &Cluster, i: usize) -> u64 {
 enum Fault {
     /// The stream leader SIGKILLed, then started again on its configuration and store.
     LeaderRestarted,
+    /// The stream leader SIGSTOPped for 15 s of the host's steps, then SIGCONTed.
+    LeaderPaused,
     /// The node viewer A is attached to (not the stream's leader) SIGKILLed for good.
     ViewersNodeGone,
 }
@@ -258,7 +261,7 @@ fn session(fault: Fault, name: &str) {
     host.wait_status(|v| counter(v, "nats_published") >= attached + RATE);
 
     let victim = match fault {
-        Fault::LeaderRestarted => leader,
+        Fault::LeaderRestarted | Fault::LeaderPaused => leader,
         // The node viewer A is on: F1 when F1 has a client besides the host (which is on
         // node 0), else F2 (viewer B's too, then both move).
         Fault::ViewersNodeGone => {
@@ -271,9 +274,21 @@ fn session(fault: Fault, name: &str) {
     };
     let restart = fault == Fault::LeaderRestarted;
     let before = host.wait_status(|_| true);
-    cluster.kill(victim);
-    // The host keeps stepping while the node is down.
-    let down = host.wait_status(|v| counter(v, "step") >= counter(&before, "step") + 2 * RATE);
+    // Down (or paused) while the host takes two seconds of steps (fifteen when paused).
+    let away = if fault == Fault::LeaderPaused {
+        cluster.pause(victim);
+        15 * RATE
+    } else {
+        cluster.kill(victim);
+        2 * RATE
+    };
+    // The host keeps stepping while the node is away.
+    let down = host.wait_status(|v| counter(v, "step") >= counter(&before, "step") + away);
+    if fault == Fault::LeaderPaused {
+        cluster.resume(victim);
+        cluster.wait_ready();
+        cluster.wait_stream_leader(&stream);
+    }
     if restart {
         cluster.restart(victim);
         cluster.wait_stream_leader(&stream);
@@ -338,6 +353,11 @@ fn session(fault: Fault, name: &str) {
 #[test]
 fn the_stream_leader_killed_and_restarted_under_a_replicated_session() {
     session(Fault::LeaderRestarted, "leader");
+}
+
+#[test]
+fn the_stream_leader_paused_for_15_s_under_a_replicated_session() {
+    session(Fault::LeaderPaused, "paused");
 }
 
 #[test]
