@@ -42,7 +42,7 @@ pub const NAME: &str = "fuzz-input";
 pub type Check = fn(&[u8]);
 
 /// The targets, by name: `fuzz/fuzz_targets/<name>.rs` and `fixtures/fuzz/<name>/`.
-pub const TARGETS: [(&str, Check); 12] = [
+pub const TARGETS: [(&str, Check); 13] = [
     ("replay", replay),
     ("replay_stream", replay_stream),
     ("wire_viewer", wire_viewer),
@@ -55,6 +55,7 @@ pub const TARGETS: [(&str, Check); 12] = [
     ("journal", journal),
     ("session", session),
     ("host_conn", host_conn),
+    ("tcp_reader", tcp_reader),
 ];
 
 /// Steps above which a target does not also run the replay (the run is not what is
@@ -1238,6 +1239,204 @@ pub fn host_conn(data: &[u8]) {
                     writing = None;
                 }
             }
+        }
+    }
+}
+
+/// `tcp_reader`: byte 0 chooses `--reconnect` (and its budget), TLS, and records taken one
+/// at a time; then one event a byte: host messages (a welcome, an attach or resync
+/// snapshot of this world or another, the next record or one out of step, a heartbeat,
+/// an end of any reason, a drift reply) queued on the host's side, 1 to 16 of the queued
+/// bytes or of the fuzzer's own delivered (a stream cut anywhere), the clock moved on by up
+/// to 20 s (timers fired late) or by a jump of up to about 35 years, a timer fired before
+/// its deadline (early), the connection opened, refused, its TLS failed, its read or write
+/// failed or ended, the spool full or drained, a drift request sent. Whatever the order:
+/// no panic; records are delivered in step order from the attach or resync snapshot's
+/// step, once each; nothing follows the reader's stop; every refusal is a sentence, and
+/// one that names an offset names one within the bytes the host sent on that connection.
+pub fn tcp_reader(data: &[u8]) {
+    use ostm_protocol::reader::tcp::{Config, Event, Reader};
+    use ostm_protocol::reader::Arrival;
+    use ostm_protocol::wire::{
+        DriftReply, DriftStatus, End, EndReason, HostCodec, PeerRole, Record, SnapshotKind,
+        ToViewer, Welcome, VERSION,
+    };
+    use ostm_protocol::{Dims, Setup};
+
+    let Some((&head, mut rest)) = data.split_first() else {
+        return;
+    };
+    let cfg = Config {
+        addr: "127.0.0.1:7000".into(),
+        token: None,
+        reconnect_ms: (head & 1 == 1).then(|| u64::from(head >> 4) * 1_000),
+        tls: head & 2 == 2,
+        one_at_a_time: head & 4 == 4,
+    };
+    let mut now: u64 = 0;
+    let mut r = Reader::new(cfg, now);
+    let world = |seed: u32, step: u64| {
+        let mut w = World::new(
+            Setup {
+                dims: Dims::Two,
+                bodies: 3,
+                seed,
+            },
+            None,
+        );
+        w.step = step;
+        w
+    };
+    // The host's side: what it has queued, and what it has sent on this connection.
+    let mut queued = BytesMut::new();
+    let mut sent: u64 = 0;
+    let mut buf = BytesMut::new();
+    let mut host_step: u64 = 0;
+    // The viewer's side: the step the next record must carry.
+    let mut next: Option<u64> = None;
+    let mut stopped = false;
+    let check = |why: &str, sent: u64| {
+        assert!(!why.is_empty(), "a refusal without a sentence");
+        if let Some(at) = why.split("at offset ").nth(1) {
+            let n: u64 = at
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|d| d.parse().ok())
+                .expect("an offset is a number");
+            assert!(n <= sent, "offset {n} past the {sent} bytes sent: {why}");
+        }
+    };
+    for _ in 0..4_000 {
+        while let Some(e) = r.poll_event() {
+            assert!(!stopped, "an event after the reader stopped: {e:?}");
+            match e {
+                Event::Connect => {
+                    queued.clear();
+                    buf.clear();
+                    sent = 0;
+                    next = None;
+                }
+                Event::Done => stopped = true,
+                Event::Deliver(a) => match a {
+                    Arrival::Attached { world, .. } | Arrival::Resync(world) => {
+                        next = Some(world.step)
+                    }
+                    Arrival::Record(rec) => {
+                        assert_eq!(Some(rec.step), next, "a record out of step delivered");
+                        next = Some(rec.step + 1);
+                    }
+                    Arrival::Records(run) => {
+                        assert_eq!(Some(run.first_step()), next, "a run out of step");
+                        next = Some(run.first_step() + run.count());
+                    }
+                    Arrival::Lost { why, .. } => check(&why, sent),
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        while r.poll_transmit().is_some() {}
+        if let Some(t) = r.poll_timeout() {
+            assert!(!stopped, "a timer after the reader stopped");
+            let _ = t;
+        }
+        let Some((&op, tail)) = rest.split_first() else {
+            return;
+        };
+        rest = tail;
+        let arg = op >> 4;
+        let mut put = |m: ToViewer| {
+            let _ = HostCodec::new("host").encode(&m, &mut queued);
+        };
+        match op % 14 {
+            // A host message queued.
+            0 => put(ToViewer::Welcome(Welcome {
+                version: if arg == 15 { VERSION + 1 } else { VERSION },
+                role: PeerRole::Host as u8,
+                rate: 60,
+                heartbeat_ms: 1000,
+                ring: 8,
+                queue: 8,
+            })),
+            1 => {
+                host_step = u64::from(arg) * 10;
+                let kind = if arg & 1 == 0 {
+                    SnapshotKind::Attach
+                } else {
+                    SnapshotKind::Resync
+                };
+                let seed = if arg == 13 { 2 } else { 1 };
+                put(ToViewer::Snapshot {
+                    kind,
+                    world: world(seed, host_step),
+                })
+            }
+            2 | 3 => {
+                let step = if arg == 15 { host_step + 2 } else { host_step };
+                host_step = step + 1;
+                put(ToViewer::Record(Record {
+                    step,
+                    hash: step,
+                    input: bytes::Bytes::new(),
+                }))
+            }
+            4 => put(ToViewer::Heartbeat {
+                host_step: host_step + u64::from(arg),
+            }),
+            5 => put(ToViewer::End(End {
+                reason: EndReason::ALL[usize::from(arg) % EndReason::ALL.len()],
+                text: "the end".into(),
+                host_step,
+            })),
+            6 => put(ToViewer::DriftReply(DriftReply {
+                step: host_step,
+                status: DriftStatus::TooOld,
+                world: None,
+                stages: None,
+            })),
+            // Bytes delivered: the host's queued ones, or the fuzzer's own.
+            7 | 8 => {
+                let n = (1 + usize::from(arg)).min(queued.len());
+                let bytes = queued.split_to(n);
+                sent += bytes.len() as u64;
+                buf.extend_from_slice(&bytes);
+                while r.handle_data(now, &mut buf, false) {}
+            }
+            9 => {
+                let n = (1 + usize::from(arg)).min(rest.len());
+                let (bytes, tail) = rest.split_at(n);
+                rest = tail;
+                sent += bytes.len() as u64;
+                buf.extend_from_slice(bytes);
+                r.handle_received(sent);
+                while r.handle_data(now, &mut buf, false) {}
+            }
+            // Time: late, a jump, early.
+            10 => {
+                now += u64::from(arg) * 1_300;
+                r.handle_timeout(now);
+            }
+            11 => {
+                if arg == 0 {
+                    now = now.saturating_add(1 << 40);
+                }
+                r.handle_timeout(now);
+            }
+            // The connection's life.
+            12 => match arg % 8 {
+                0 | 1 => r.handle_connected(now),
+                2 => r.handle_connect_failed(now, "connection refused".into()),
+                3 => r.handle_tls_failed(now, "the TLS handshake failed".into()),
+                4 => r.handle_read_failed(now, "reset by peer".into()),
+                5 => r.handle_write_failed(now, "broken pipe".into()),
+                6 => while r.handle_data(now, &mut buf, true) {},
+                _ => r.handle_spool_full(now, "the spool is full".into()),
+            },
+            _ => match arg % 4 {
+                0 => r.handle_spool_drained(now),
+                1 => r.send(ostm_protocol::wire::ToHost::DriftRequest { step: host_step }),
+                _ => r.handle_viewer_step(host_step),
+            },
         }
     }
 }
