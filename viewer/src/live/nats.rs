@@ -12,6 +12,7 @@ use super::shared::{Ended, Shared};
 use super::spool::{Item, Spool};
 use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
 use futures::StreamExt;
+use ostm_protocol::session::same_world;
 use ostm_protocol::wire::nats::{
     self as wire, another_world, not_a_record, Follow, Leaf, Session, Take, RATE_HEADER,
 };
@@ -173,7 +174,7 @@ pub async fn run(
     };
     let reading = Reading {
         target: t,
-        world: (world.setup(), world.link()),
+        world: world.clone(),
         follow: Follow::new(world.step),
         batch: Vec::new(),
         shared: &shared,
@@ -382,8 +383,8 @@ async fn read_on(
 /// ([`Follow`], docs/fan-out.md "What a viewer does").
 struct Reading<'a> {
     target: &'a Target,
-    /// The session's world: its setup and link.
-    world: (ostm_protocol::Setup, Option<ostm_protocol::Link>),
+    /// The session's world: a keyframe must be of it ([`same_world`]).
+    world: World,
     follow: Follow,
     /// Items for the spool, pushed after each message.
     batch: Vec<Item>,
@@ -404,7 +405,7 @@ impl Reading<'_> {
             Leaf::Records => self.records(&place, payload).map(|()| None),
             Leaf::Keyframes => {
                 let world = wire::keyframe(&place, payload)?;
-                if (world.setup(), world.link()) != self.world {
+                if !same_world(&world, &self.world) {
                     return Err(another_world(&place));
                 }
                 self.shared
@@ -535,14 +536,13 @@ async fn find_keyframe(
         .map_err(|e| keyframes(&e))?;
     let mut msgs = consumer.messages().await.map_err(|e| keyframes(&e))?;
     let mut best: Option<(u64, World, u32)> = None;
-    let mut first: Option<(ostm_protocol::Setup, Option<ostm_protocol::Link>)> = None;
+    let mut first: Option<World> = None;
     while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), msgs.next()).await {
         let info = m.info().map_err(|e| Lost::KeyframeInfo(e.to_string()))?;
         let (seq, pending) = (info.stream_sequence, info.pending);
         let place = t.place(keys, seq);
         let world = wire::keyframe(&place, &m.payload)?;
-        let this = (world.setup(), world.link());
-        if *first.get_or_insert(this) != this {
+        if !same_world(first.get_or_insert_with(|| world.clone()), &world) {
             return Err(another_world(&place).into());
         }
         if world.step > step {
