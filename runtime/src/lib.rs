@@ -7,6 +7,8 @@
 //!   ([`FrameCodec`]), and [`WireError`], a malformed frame or a failed socket.
 //! - [`cli`]: options both binaries' command lines share (recording, token, NATS
 //!   authentication and its client options).
+//! - [`join`]: joining a session on NATS JetStream as a viewer does (the stream from a
+//!   sequence on, the host's rate).
 //! - [`signal`]: the stop signal (SIGINT, SIGTERM).
 //! - [`shell`]: the `completions` and `man` commands (clap_complete, clap_mangen).
 //! - [`metrics`]: the `/metrics` endpoint of `--metrics ADDR` (prometheus-client).
@@ -16,6 +18,7 @@
 
 pub mod cli;
 pub mod codec;
+pub mod join;
 pub mod logging;
 pub mod metrics;
 pub mod shell;

@@ -449,11 +449,7 @@ impl Reader {
                 deadline: now.saturating_add(WELCOME_TIMEOUT_MS),
                 bytes_seen: false,
             };
-            self.transmits.push_back(ToHost::Hello(Hello {
-                version: VERSION,
-                role: PeerRole::Viewer as u8,
-                token: self.cfg.token.clone().unwrap_or_default().into_bytes(),
-            }));
+            self.transmits.push_back(hello(self.cfg.token.as_deref()));
         }
     }
 
@@ -820,6 +816,15 @@ impl Reader {
         }));
         self.events.push_back(Event::Done);
     }
+}
+
+/// A viewer's hello, with `token` (none: empty).
+pub fn hello(token: Option<&str>) -> ToHost {
+    ToHost::Hello(Hello {
+        version: VERSION,
+        role: PeerRole::Viewer as u8,
+        token: token.unwrap_or_default().as_bytes().to_vec(),
+    })
 }
 
 /// Whether `--reconnect` connects again after the host ended the stream with `e`: after

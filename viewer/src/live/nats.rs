@@ -14,11 +14,12 @@ use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
 use futures::StreamExt;
 use ostm_protocol::session::same_world;
 use ostm_protocol::wire::nats::{
-    self as wire, another_world, not_a_record, Follow, Leaf, Session, Take, RATE_HEADER,
+    self as wire, another_world, not_a_record, Follow, Leaf, Session, Take,
 };
 use ostm_protocol::wire::{DriftReply, PeerRole, ToHost, ToViewer, ViewerCodec, Welcome, VERSION};
 use ostm_protocol::{FormatError, World};
 use ostm_runtime::cli::NatsAuthArgs;
+use ostm_runtime::join::{rate, read_from};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -487,33 +488,6 @@ impl Reading<'_> {
 
 /// How long without a message before the reader reads on with a new consumer.
 const RESUME_AFTER: Duration = Duration::from_secs(3);
-
-/// The stream's messages on `filter` from stream sequence `start` on, in order.
-async fn read_from(
-    stream: &jetstream::stream::Stream,
-    filter: &str,
-    start: u64,
-) -> Result<pull::Ordered, String> {
-    let consumer = stream
-        .create_consumer(pull::OrderedConfig {
-            filter_subject: filter.to_string(),
-            deliver_policy: DeliverPolicy::ByStartSequence {
-                start_sequence: start,
-            },
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-    consumer.messages().await.map_err(|e| e.to_string())
-}
-
-/// The host's rate from a keyframe's `Ostm-Rate` header (0 when absent).
-fn rate(headers: &async_nats::HeaderMap) -> u32 {
-    headers
-        .get(RATE_HEADER)
-        .and_then(|v| v.as_str().parse().ok())
-        .unwrap_or(0)
-}
 
 /// The last keyframe at or before `step`, read through the keyframes in order.
 async fn find_keyframe(

@@ -7,9 +7,7 @@
 use futures::{SinkExt, StreamExt};
 use ostm_protocol::session::{self, Feed, Goal, Input, Limits, Stop};
 use ostm_protocol::sim::op::for_each_op;
-use ostm_protocol::wire::{
-    Hello, PeerRole, Record, RecordRef, SnapshotKind, ToHost, ToViewer, VERSION,
-};
+use ostm_protocol::wire::{Record, RecordRef, SnapshotKind, ToHost, ToViewer};
 use ostm_protocol::{Op, World};
 use ostm_runtime::ViewerFrameCodec;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -156,12 +154,7 @@ pub async fn tcp(
         .map_err(|e| format!("connect {addr}: {e}"))?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     let mut conn = Framed::new(stream, ViewerFrameCodec::new(addr));
-    let hello = Hello {
-        version: VERSION,
-        role: PeerRole::Viewer as u8,
-        token: Vec::new(),
-    };
-    conn.send(ToHost::Hello(hello))
+    conn.send(ostm_protocol::reader::tcp::hello(None))
         .await
         .map_err(|e| e.to_string())?;
     let mut beat = tokio::time::interval(Duration::from_secs(1));
@@ -247,7 +240,7 @@ pub async fn nats(
     attached: Arc<AtomicUsize>,
     stop: CancellationToken,
 ) -> Result<Verifier, String> {
-    use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
+    use async_nats::jetstream;
     use ostm_protocol::wire::nats::{Leaf, Session};
     let session = Session::new(&session)?;
     let keys = session.keyframes();
@@ -264,17 +257,11 @@ pub async fn nats(
             return Err("the keyframe is not a snapshot".to_string());
         };
         // A server busy delivering to the viewers already attached may time this out.
-        let consumer = retry("consumer", || {
-            stream.create_consumer(pull::OrderedConfig {
-                filter_subject: session.filter(),
-                deliver_policy: DeliverPolicy::ByStartSequence {
-                    start_sequence: key.sequence + 1,
-                },
-                ..Default::default()
-            })
+        let filter = session.filter();
+        let messages = retry("consumer", || {
+            ostm_runtime::join::read_from(&stream, &filter, key.sequence + 1)
         })
         .await?;
-        let messages = consumer.messages().await.map_err(|e| e.to_string())?;
         Ok((world, messages))
     };
     let (world, mut messages) = tokio::select! {
