@@ -3,7 +3,8 @@
 //! reported only where one was planted, at exactly its step, body, field and stage; no
 //! other failure without a hostile message to explain it. At the end: every recording and
 //! everything recovered verifies and holds only verified steps; the verdict names every
-//! step never verified; a planted drift met is reported. Liveness (`--liveness`): once the
+//! step never verified; `ok` only when the viewer's world reached the host's last step
+//! and the count adds up; a planted drift met is reported. Liveness (`--liveness`): once the
 //! faults stop, every viewer verifies again up to the host's last step.
 
 use crate::Sim;
@@ -112,6 +113,7 @@ pub fn finish_is_durable(sim: &mut Sim, what: &str) {
 pub fn at_end(sim: &mut Sim) {
     for i in 0..sim.viewers.len() {
         verdict_names_every_gap(sim, i);
+        ok_only_at_the_hosts_last_step(sim, i);
         planted_drift_reported(sim, i);
         recordings_verify(sim, i);
         if sim.cfg.liveness {
@@ -194,6 +196,43 @@ fn verdict_names_every_gap(sim: &mut Sim, i: usize) {
     }
 }
 
+/// A viewer whose verdict would be `ok` (the host ended the stream cleanly, no gap left
+/// open) reached the end's host step: every step from the attach to it was verified, or
+/// jumped over by a resync or a gap a snapshot closed, each named; and the verdict's count
+/// adds up (docs/protocol.md, "The verdict's count").
+fn ok_only_at_the_hosts_last_step(sim: &mut Sim, i: usize) {
+    let v = &sim.viewers[i];
+    let Some(Stop::HostEnded(end)) = v.core.stop() else {
+        return;
+    };
+    let s = v.core.summary(sim.host.world.step);
+    let t = s.tally();
+    let why = if end.reason.is_clean() && !t.open && s.step < end.host_step {
+        Some(format!(
+            "viewer {i}: ok at step {} though the host ended the stream at step {}: steps {}..{} were never verified and no gap is open ({t})",
+            s.step, end.host_step, s.step, end.host_step
+        ))
+    } else if t.open && t.to < end.host_step {
+        Some(format!(
+            "viewer {i}: its open gap ends at step {}, the host ended at step {}",
+            t.to, end.host_step
+        ))
+    } else {
+        t.total
+            .filter(|&total| t.verified + t.not_verified() != total)
+            .map(|total| {
+                format!(
+                    "viewer {i}: the count does not add up: {t} ({} verified + {} not, of {total})",
+                    t.verified,
+                    t.not_verified()
+                )
+            })
+    };
+    if let Some(why) = why {
+        sim.violate(why);
+    }
+}
+
 /// A viewer that met the perturbed record with its world at the step before it reported
 /// the drift.
 fn planted_drift_reported(sim: &mut Sim, i: usize) {
@@ -247,7 +286,9 @@ fn recordings_verify(sim: &mut Sim, i: usize) {
 fn verifying_again(sim: &mut Sim, i: usize) {
     let host_step = sim.host.world.step;
     let v = &sim.viewers[i];
+    // The host's end in place of a resync leaves a viewer behind, as the real host does.
     if v.stopped_by_full_disk
+        || v.ended_behind
         || matches!(
             v.core.stop(),
             Some(Stop::Drift(_) | Stop::Failed(Failure::KeyframeOfAnotherWorld))

@@ -440,8 +440,12 @@ fn host_tick(sim: &mut Sim) {
             host_step: sim.host.world.step,
         };
         sim.event(format!("host ends at step {}", sim.host.world.step));
-        for v in &mut sim.viewers {
-            v.host_sends(ToViewer::End(end.clone()), QUEUE, &sim.host.world);
+        for i in 0..sim.viewers.len() {
+            if sim.viewers[i].host_ends(end.clone()) {
+                sim.event(format!(
+                    "host ends viewer {i}'s stream more than the queue behind (the end in place of a resync)"
+                ));
+            }
         }
         if sim.server_away_until.is_none() {
             sim.stream.push(Stored::End(end));

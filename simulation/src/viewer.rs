@@ -8,7 +8,7 @@ use ostm_protocol::format::recording::{assemble, journal_path, numbered, Durabil
 use ostm_protocol::session::{Event, Feed, Input, Limits, Plant, Restart, Transmit, Verifier};
 use ostm_protocol::session::{Goal, REPLACED};
 use ostm_protocol::sim::op::decode_input;
-use ostm_protocol::wire::{DriftReply, Record, RecordRef, SnapshotKind, ToViewer};
+use ostm_protocol::wire::{DriftReply, End, Record, RecordRef, SnapshotKind, ToViewer};
 use ostm_protocol::World;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -91,6 +91,9 @@ pub struct Viewer {
     pub waiting_at_end: bool,
     /// It stopped because its recording's disk filled, as the real viewer does.
     pub stopped_by_full_disk: bool,
+    /// The host sent it the end in place of a resync: its world is behind the host's
+    /// last step.
+    pub ended_behind: bool,
 }
 
 impl Viewer {
@@ -156,6 +159,7 @@ impl Viewer {
             verifying_again_at: None,
             waiting_at_end: false,
             stopped_by_full_disk: false,
+            ended_behind: false,
         }
     }
 
@@ -178,6 +182,32 @@ impl Viewer {
             return true;
         }
         false
+    }
+
+    /// The host ends the stream on this viewer's connection. A resync still queued, not
+    /// yet sent, is one the real host's connection had not taken yet: when it takes, the
+    /// stream has ended, and a viewer more than the queue behind gets the end in place of
+    /// the resync (docs/protocol.md, "`0x85` end"). Returns whether it did so.
+    pub fn host_ends(&mut self, end: End) -> bool {
+        if !self.connected || self.transport != Transport::Tcp {
+            return false;
+        }
+        let resync = self.host_queue.iter().position(|(_, m)| {
+            matches!(
+                m,
+                ToViewer::Snapshot {
+                    kind: SnapshotKind::Resync,
+                    ..
+                }
+            )
+        });
+        if let Some(at) = resync {
+            self.host_queue.truncate(at);
+            self.ended_behind = true;
+        }
+        self.host_queue
+            .push_back((self.host_life, ToViewer::End(end)));
+        resync.is_some()
     }
 
     /// The connection is cut: the host stops sending, what is on the wire is lost, what

@@ -213,7 +213,7 @@ fn a_host_at_the_last_step_number_is_verified_without_overflow() {
     let out = viewer(&["check", &addr, "--steps", "1"]);
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert!(
-        stdout(&out).starts_with("ok: verified 1 steps"),
+        stdout(&out).starts_with("ok: verified 1 of the 1 step "),
         "{}",
         stdout(&out)
     );
@@ -352,7 +352,7 @@ fn a_hundred_viewers_at_once() {
     for c in children {
         let out = finish(c);
         assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
-        assert!(stdout(&out).starts_with("ok: verified 300 steps"));
+        assert!(stdout(&out).starts_with("ok: verified 300 of the "));
         ok += 1;
     }
     assert_eq!(ok, 100);

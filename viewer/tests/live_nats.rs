@@ -176,7 +176,7 @@ fn hostile_messages_on_the_stream_are_refused_with_subject_sequence_and_offset()
     let out = viewer(&["check", &format!("{}/dup", nats.url()), "--steps", "40"]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     assert!(
-        stdout(&out).starts_with("ok: verified 40 steps (step 0 to 40)"),
+        stdout(&out).starts_with("ok: verified 40 of the 40 steps from 0 to 40"),
         "{}",
         stdout(&out)
     );
@@ -499,7 +499,7 @@ fn the_good_records_before_a_bad_frame_are_verified() {
         text.contains(&format!(
             "subject ostm.part.rec, stream sequence 5: at offset {}: expected a host message type",
             at + 4
-        )) && text.contains("verified 6 steps (step 0 to 6)"),
+        )) && text.contains("verified 6 of the 6 steps from 0 to 6"),
         "{text}"
     );
 }
@@ -724,9 +724,16 @@ fn a_gap_still_open_at_the_end_is_in_the_verdict() {
     publish(&nats, "open", msgs);
     let addr = format!("{}/open", nats.url());
     let out = viewer(&["attach", &addr, "--json"]);
-    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    // Steps the viewer never reached before the end: incomplete, exit 1.
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
     let end = end_object(&out);
+    assert_eq!(end["verdict"], "incomplete", "{end}");
     assert_eq!(end["verified"], 5, "{end}");
+    assert_eq!(
+        (&end["total"], &end["not_verified"], &end["open_gap"]),
+        (&13.into(), &8.into(), &true.into()),
+        "{end}"
+    );
     let gaps = end["gaps"].as_array().unwrap();
     assert_eq!(gaps.len(), 1, "{end}");
     assert_eq!(
@@ -742,6 +749,13 @@ fn a_gap_still_open_at_the_end_is_in_the_verdict() {
     let out = viewer(&["attach", &addr]);
     assert!(
         stdout(&out).contains("gap: steps 5..13 are not on the stream OSTM_open before its end"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).lines().last().is_some_and(|l| l
+            .starts_with("incomplete: the host ended the stream (")
+            && l.ends_with("; verified 5 of the 13 steps from 0 to 13; 8 in 1 gap not verified")),
         "{}",
         stdout(&out)
     );
@@ -852,7 +866,7 @@ fn no_session_no_keyframe_and_none_at_or_before_the_step_are_said_as_the_doc_say
         if want.is_empty() {
             assert_eq!(code(&out), 0, "{args:?}: {text}");
             assert!(
-                text.starts_with("ok: verified 2 steps (step 10 to 12)"),
+                text.starts_with("ok: verified 2 of the 2 steps from 10 to 12"),
                 "{text}"
             );
             continue;

@@ -512,6 +512,113 @@ fn a_viewer_paused_past_the_silence_timeout_reads_what_waited_in_its_socket() {
     );
 }
 
+/// A viewer stopped (SIGSTOP) shortly before a `--rate max --steps N` host ends and
+/// resumed once the host has run its last step: more than the host's queue behind, it is
+/// sent the end in place of a resync. It reads what the host sent it (no reset: the host
+/// lingers while the viewer takes what it is owed) and names the steps from its world to
+/// the host's last as a gap left open, exit 1 (docs/protocol.md, "The verdict's count"),
+/// in its events, its end object and its last line.
+#[test]
+fn a_viewer_paused_as_a_host_at_full_speed_ends_names_the_steps_it_never_reached() {
+    const N: u64 = 400_000;
+    let dir = tempfile::tempdir().unwrap();
+    let host_rec = dir.path().join("host.ostm");
+    let rec = dir.path().join("paused.ostm");
+    let mut host = Host::start(&[
+        "--rate",
+        "max",
+        "--steps",
+        &N.to_string(),
+        "--viewer-queue",
+        "64",
+        "--json",
+        "--status-ms",
+        "50",
+        "--record",
+        host_rec.to_str().unwrap(),
+    ]);
+    let mut v = spawn_viewer(&[
+        "attach",
+        &host.addr,
+        "--record",
+        rec.to_str().unwrap(),
+        "--json",
+    ]);
+    until_event(&mut v, |e| e["event"] == "attached");
+    // Shortly before the end (well within the host's 10 s silence timeout at any speed
+    // this machine runs it): the host's status past N - 40 000, or its end.
+    loop {
+        let l = host.line().expect("the host's status lines");
+        let s = json(&l);
+        if s["event"] == "end" || s["step"].as_u64().unwrap_or(0) >= N - 40_000 {
+            break;
+        }
+    }
+    v.signal("STOP");
+    // The host has run its last step once its recording is finished.
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !host_rec.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the host never finished its recording"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    v.signal("CONT");
+    let out = v.finish();
+    let text = stdout(&out);
+    assert!(
+        !text.contains("reset") && !stderr(&out).contains("reset"),
+        "{text}\n{}",
+        stderr(&out)
+    );
+    let end = json(text.lines().last().unwrap());
+    assert_eq!(end["stop"], "host-ended", "{end}");
+    assert_eq!(end["reason"], "finished", "{end}");
+    assert_eq!(end["host_step"], N, "{end}");
+    let step = end["step"].as_u64().unwrap();
+    // A queue of 64 records: the viewer stopped while the host ran on is behind it.
+    assert!(step < N, "{end}");
+    assert_eq!(code(&out), 1, "{text}");
+    assert_eq!(end["verdict"], "incomplete", "{end}");
+    assert_eq!(end["open_gap"], true, "{end}");
+    assert_eq!(end["end_step"], N, "{end}");
+    let gaps = end["gaps"].as_array().unwrap();
+    let last = gaps.last().expect("the open gap");
+    assert_eq!(
+        (last["from"].as_u64(), last["to"].as_u64()),
+        (Some(step), Some(N)),
+        "{end}"
+    );
+    assert_eq!(last["steps"], N - step, "{end}");
+    // Every step from the attach to N is counted: verified, or in a gap or resync named.
+    let from = end["attached_at"].as_u64().unwrap();
+    assert_eq!(end["total"], N - from, "{end}");
+    assert_eq!(
+        end["verified"].as_u64().unwrap() + end["not_verified"].as_u64().unwrap(),
+        N - from,
+        "{end}"
+    );
+    let message = end["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("incomplete: the host ended the stream (finished: ")
+            && message.contains(&format!(
+                "of the {} steps from {from} to {N}; {} in 1 gap",
+                N - from,
+                N - step
+            )),
+        "{message}"
+    );
+    // The gap was an event as it was found, as any gap is.
+    assert!(
+        text.lines()
+            .any(|l| json(l)["event"] == "gap" && json(l)["to"] == N),
+        "{text}"
+    );
+    let (status, _, _) = host.wait();
+    assert!(status.success());
+}
+
 /// The host killed and started again on the same port: a `--reconnect` viewer reports
 /// the gap, joins the new host at its step, and its two files verify.
 #[test]

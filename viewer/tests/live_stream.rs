@@ -76,7 +76,7 @@ fn late_joiners_record_files_that_verify_and_whose_overlap_agrees() {
     let end_b = step_b + 2000;
     assert!(
         out_b.contains(&format!(
-            "ok: verified 2000 steps (step {step_b} to {end_b})"
+            "ok: verified 2000 of the 2000 steps from {step_b} to {end_b}"
         )),
         "{out_b}"
     );
@@ -220,7 +220,10 @@ fn check_prints_a_one_line_verdict() {
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
     assert_eq!(text.lines().count(), 1, "{text}");
-    assert!(text.starts_with("ok: verified 200 steps (step "), "{text}");
+    assert!(
+        text.starts_with("ok: verified 200 of the 200 steps from "),
+        "{text}"
+    );
     let out = viewer(&["check", &host.addr, "--steps", "50", "--json"]);
     assert_eq!(code(&out), 0);
     let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
@@ -394,7 +397,7 @@ fn a_host_that_waits_for_a_viewer_holds_its_start_step() {
     let out = viewer(&["check", &host.addr, "--steps", "500"]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     assert!(
-        stdout(&out).starts_with("ok: verified 500 steps (step 0 to 500)"),
+        stdout(&out).starts_with("ok: verified 500 of the 500 steps from 0 to 500"),
         "{}",
         stdout(&out)
     );

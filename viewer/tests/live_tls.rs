@@ -116,7 +116,7 @@ fn a_good_certificate_attaches_and_verifies_and_bad_ones_are_refused() {
     ]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     assert!(
-        stdout(&out).starts_with("ok: verified 100 steps"),
+        stdout(&out).starts_with("ok: verified 100 of the "),
         "{}",
         stdout(&out)
     );

@@ -720,6 +720,8 @@ impl Reader {
             ToViewer::Heartbeat { host_step } => self.host_step = self.host_step.max(host_step),
             ToViewer::DriftReply(d) => self.events.push_back(Event::DriftReply(d)),
             ToViewer::End(e) => {
+                // The end carries the host's step: the step the viewer had to reach.
+                self.host_step = self.host_step.max(e.host_step);
                 self.events
                     .push_back(Event::Deliver(Arrival::End(e.clone())));
                 self.ended(now, Ended::End(e));

@@ -49,10 +49,12 @@ pub(crate) const fn no_plant() -> bool {
 
 pub mod drift;
 pub mod feed;
+pub mod tally;
 pub mod trail;
 
 pub use drift::{on_drift, sample_evidence, DriftReport, Evidence, Stages};
 pub use feed::Feed;
+pub use tally::Tally;
 pub use trail::Trail;
 
 use crate::format::trace::setup_line;
@@ -293,18 +295,22 @@ pub enum Plant {
     AcceptForeignKeyframe,
     /// The summary leaves out a gap still open at the end.
     OkWithOpenGap,
+    /// The host's end, sent in place of a resync to a viewer behind its step, is taken
+    /// as if the viewer's world had reached the host's step (no open gap).
+    OkAtEndBehind,
 }
 
 #[cfg(feature = "plants")]
 impl Plant {
     /// Every plant, with its name on the command line.
-    pub const ALL: [(Plant, &'static str); 6] = [
+    pub const ALL: [(Plant, &'static str); 7] = [
         (Plant::AcceptDuplicate, "accept-duplicate"),
         (Plant::SkipGapCheck, "skip-gap-check"),
         (Plant::RecordBeforeVerify, "record-before-verify"),
         (Plant::KeepWorldOnResync, "keep-world-on-resync"),
         (Plant::AcceptForeignKeyframe, "accept-foreign-keyframe"),
         (Plant::OkWithOpenGap, "ok-with-open-gap"),
+        (Plant::OkAtEndBehind, "ok-at-end-behind"),
     ];
 }
 
@@ -347,6 +353,19 @@ pub struct Summary {
     pub open_gap: Option<String>,
 }
 
+impl Summary {
+    /// What the verdict counts: the steps from the attach to the end, verified or not.
+    pub fn tally(&self) -> Tally {
+        Tally::new(
+            self.attached_at,
+            (self.step, self.verified),
+            &self.gaps,
+            &self.resynced,
+            self.open_gap.is_some(),
+        )
+    }
+}
+
 /// The viewer's verifier: see the module's documentation.
 pub struct Verifier {
     limits: Limits,
@@ -368,6 +387,8 @@ pub struct Verifier {
     stop: Option<Stop>,
     /// Why the records had stopped when the session ended inside a gap.
     open_gap: Option<String>,
+    /// The host step of the end message, once one came: the step the session had to reach.
+    end_step: u64,
     /// The records stopped because they are missing from the stream (not a lost
     /// connection): a gap that stays open if the session ends.
     missing: bool,
@@ -417,6 +438,7 @@ impl Verifier {
             stepped: false,
             stop: None,
             open_gap: None,
+            end_step: 0,
             missing: false,
             resynced: Vec::new(),
             #[cfg(feature = "plants")]
@@ -617,6 +639,7 @@ impl Verifier {
                 self.check_goal();
             }
             Input::End(e) => {
+                self.end_step = self.end_step.max(e.host_step);
                 if self.reconnects && e.reason != EndReason::Finished {
                     let why = format!(
                         "the host ended the stream ({}: {})",
@@ -625,10 +648,35 @@ impl Verifier {
                     );
                     self.lose(why);
                 } else {
+                    if lost.is_none()
+                        && e.host_step > self.world.step
+                        && !planted!(self, OkAtEndBehind)
+                    {
+                        // The end in place of a resync: the records stopped at the
+                        // viewer's step, short of the host's (docs/protocol.md, "End").
+                        let why = if e.reason.is_clean() {
+                            "the viewer was more than the host's queue behind"
+                        } else {
+                            "the host closed the connection"
+                        };
+                        self.open_gap = Some(format!(
+                            "the host ended the stream at step {} ({}: {}) without sending them: {why}",
+                            e.host_step,
+                            e.reason.name(),
+                            e.text
+                        ));
+                    }
                     self.finish(Stop::HostEnded(e));
                 }
             }
-            Input::Lost { why, last: true } => self.finish(Stop::Failed(Failure::Other(why))),
+            Input::Lost { why, last: true } => {
+                // The records stopped at the viewer's step: the steps to the latest the
+                // host was heard at were never verified.
+                if lost.is_none() {
+                    self.open_gap = Some(why.clone());
+                }
+                self.finish(Stop::Failed(Failure::Other(why)));
+            }
             Input::Lost { why, last: false } => self.lose(why),
             Input::Missing { why } => {
                 // The world waits at its step for a keyframe; nothing reconnects, so no
@@ -725,20 +773,21 @@ impl Verifier {
     }
 
     /// What the session did. `host_step`: the latest host step the driver heard of, where
-    /// a gap still open at the end closes.
+    /// a gap still open at the end closes (at the end message's host step at least).
+    /// A connection lost for good leaves a gap open only when the host was heard of past
+    /// the viewer's step.
     pub fn summary(&self, host_step: u64) -> Summary {
         let mut gaps = self.gaps.clone();
+        let to = host_step.max(self.end_step).max(self.world.step);
+        let lost_for_good = matches!(self.stop, Some(Stop::Failed(_)));
         let open_gap = match &self.state {
             State::Lost(why) if self.missing => Some(why.clone()),
             _ => self.open_gap.clone(),
         }
-        .filter(|_| !planted!(self, OkWithOpenGap));
+        .filter(|_| !planted!(self, OkWithOpenGap))
+        .filter(|_| !lost_for_good || to > self.world.step);
         if let Some(why) = &open_gap {
-            gaps.push(Gap::new(
-                self.world.step,
-                host_step.max(self.world.step),
-                why.clone(),
-            ));
+            gaps.push(Gap::new(self.world.step, to, why.clone()));
         }
         Summary {
             attached_at: self.attached_at,
@@ -842,13 +891,13 @@ impl Verifier {
         }
     }
 
-    /// The session ends; ended while the records had stopped, the gap stays open.
+    /// The session ends; ended while the records had stopped, the gap stays open (to the
+    /// latest host step heard of: [`Verifier::summary`]).
     fn finish(&mut self, stop: Stop) {
         if let State::Lost(why) = &self.state {
-            // Records missing from a stream that ended (or a connection the host ended):
-            // the gap stays open. A connection lost for good is the session's end, not
-            // a gap.
-            if self.missing || matches!(stop, Stop::HostEnded(_)) {
+            // Records missing from a stream that ended, a connection the host ended, or
+            // one lost for good while waiting for a reconnection: the gap stays open.
+            if self.missing || matches!(stop, Stop::HostEnded(_) | Stop::Failed(_)) {
                 self.open_gap = Some(why.clone());
             }
         }

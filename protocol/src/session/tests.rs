@@ -524,3 +524,87 @@ fn missing_records_are_no_lost_connection() {
     assert_eq!(v.poll_event(), None);
     assert!(v.summary(4).open_gap.is_some());
 }
+
+/// The host's end in place of a resync, to a viewer behind the host's step: the steps
+/// from the viewer's world to the end's host step were never verified, an open gap
+/// (docs/protocol.md, "The verdict's count"); none when the viewer reached it.
+#[test]
+fn an_end_past_the_viewers_step_leaves_the_steps_to_it_open() {
+    let mut h = Host::new(24);
+    let mut v = attached(&h, Goal::default(), false);
+    feed(&mut v, &mut h, 7);
+    for _ in 0..93 {
+        h.step();
+    }
+    let mut e = end(EndReason::Finished);
+    e.host_step = h.world.step;
+    v.handle(Input::End(e.clone()));
+    assert!(matches!(v.stop(), Some(Stop::HostEnded(_))));
+    // The driver heard of no host step past the viewer's: the end's counts.
+    let s = v.summary(7);
+    assert_eq!(s.gaps.len(), 1, "{:?}", s.gaps);
+    assert_eq!((s.gaps[0].from, s.gaps[0].to), (7, 100));
+    assert!(s.open_gap.is_some());
+    let t = s.tally();
+    assert!(t.open);
+    assert_eq!(
+        t.to_string(),
+        "verified 7 of the 100 steps from 0 to 100; 93 in 1 gap not verified"
+    );
+    // The same end to a viewer that reached the host's step: nothing open.
+    let mut h = Host::new(24);
+    let mut done = attached(&h, Goal::default(), false);
+    feed(&mut done, &mut h, 100);
+    done.handle(Input::End(e.clone()));
+    let s = done.summary(100);
+    assert!(s.gaps.is_empty() && s.open_gap.is_none(), "{:?}", s.gaps);
+    assert_eq!(
+        s.tally().to_string(),
+        "verified 100 of the 100 steps from 0 to 100"
+    );
+    // The old behaviour, planted (the simulation's build): no gap.
+    #[cfg(feature = "plants")]
+    {
+        let mut h = Host::new(24);
+        let mut planted = attached(&h, Goal::default(), false);
+        planted.plant(Plant::OkAtEndBehind);
+        feed(&mut planted, &mut h, 7);
+        planted.handle(Input::End(e));
+        assert!(planted.summary(7).gaps.is_empty());
+    }
+}
+
+/// A connection lost for good: the steps from the viewer's world to the latest host step
+/// heard of are named; none when it had heard of nothing past its world.
+#[test]
+fn a_connection_lost_for_good_names_the_steps_to_the_last_host_step_heard_of() {
+    let mut h = Host::new(25);
+    let mut v = attached(&h, Goal::default(), false);
+    feed(&mut v, &mut h, 5);
+    v.handle(Input::Lost {
+        why: "connection lost: reset".into(),
+        last: true,
+    });
+    assert!(matches!(v.stop(), Some(Stop::Failed(_))));
+    assert_eq!(
+        v.summary(40).gaps,
+        vec![Gap::new(5, 40, "connection lost: reset")]
+    );
+    assert!(v.summary(5).gaps.is_empty());
+    // Lost while waiting for a reconnection, which never came: open as well.
+    let mut h = Host::new(25);
+    let mut v = attached(&h, Goal::default(), true);
+    feed(&mut v, &mut h, 5);
+    v.handle(Input::Lost {
+        why: "connection lost: reset".into(),
+        last: false,
+    });
+    v.handle(Input::Lost {
+        why: "gave up reconnecting".into(),
+        last: true,
+    });
+    assert_eq!(
+        v.summary(9).gaps,
+        vec![Gap::new(5, 9, "connection lost: reset")]
+    );
+}

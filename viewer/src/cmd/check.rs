@@ -25,7 +25,7 @@ use ostm_protocol::session::Goal;
   # Prometheus metrics on http://127.0.0.1:9465/metrics while it runs (the address on stderr)
   ostm-viewer check 127.0.0.1:7878 --steps 100000 --metrics 9465
 
-Prints exactly one line: `ok: verified N steps (step A to B) on ADDR`, `drift: ...` or
+Prints exactly one line: `ok: verified N of the T steps from A to B on ADDR`, `drift: ...` or
 `error: ...` (with --json, one object: verdict, message, verified, lag, ...). On drift
 it writes a failure bundle (--bundle PATH, else drift-STEP.ostmb in the current directory,
 or drift-STEP-2.ostmb, ... when that name is taken; --no-bundle for none) and the line ends with
@@ -92,9 +92,11 @@ pub fn run(mut args: Args) -> Exit {
     metrics.ended(&outcome);
     let (mut exit, line, mut obj) = verdict(&outcome);
     let mut line = line.replace('\n', "; ");
-    if exit == Exit::Ok
+    // A stream that ended first (with its steps to the host's last left open, or not) is
+    // a failure of `check`, whose verdict is about N steps.
+    if exit != Exit::Failure
+        && !matches!(outcome.stop, Stop::Drift(_) | Stop::Interrupted)
         && outcome.verified < args.steps
-        && !matches!(outcome.stop, Stop::Interrupted)
     {
         exit = Exit::Failure;
         line = format!(

@@ -141,8 +141,12 @@ pub struct Outcome {
     pub verified: u64,
     pub resyncs: u64,
     /// Stretches never verified, each with why: lost connections, records lost on NATS, and
-    /// one still open when the stream ended.
+    /// one still open when the session ended (the last, when `open_gap`).
     pub gaps: Vec<Gap>,
+    /// The last of `gaps` was still open when the session ended: the viewer's world never
+    /// reached the latest host step it heard of (the end's, after an end in place of a
+    /// resync).
+    pub open_gap: bool,
     /// The steps each resync went over.
     pub resynced: Vec<Gap>,
     /// Recording files written, in order.
@@ -157,6 +161,19 @@ pub struct Outcome {
     pub fields_missed: Vec<(u64, String)>,
     /// The most records that waited for the verifier at once, and on disk.
     pub backlog_peak: Backlog,
+}
+
+impl Outcome {
+    /// What the verdict counts (docs/protocol.md, "The verdict's count").
+    pub fn tally(&self) -> session::Tally {
+        session::Tally::new(
+            self.attached_at,
+            (self.step, self.verified),
+            &self.gaps,
+            &self.resynced,
+            self.open_gap,
+        )
+    }
 }
 
 /// Progress, for the status line.
@@ -330,6 +347,7 @@ fn failed_early(why: String) -> Outcome {
         verified: 0,
         resyncs: 0,
         gaps: Vec::new(),
+        open_gap: false,
         resynced: Vec::new(),
         files: Vec::new(),
         record_error: None,
@@ -396,6 +414,7 @@ pub fn run(opts: &Options, mut events: impl FnMut(Event<'_>)) -> Outcome {
         },
         welcome: None,
         open_gap_to: 0,
+        open_gap_said: false,
     };
     driver.attach(&mut events);
     if driver.core.attached_at().is_some() && !driver.core.is_stopped() {
@@ -417,6 +436,8 @@ struct Driver<'a> {
     welcome: Option<Welcome>,
     /// Where a gap still open at the end runs to (the reader's last step of the stream).
     open_gap_to: u64,
+    /// A gap still open has been reported (the NATS reader's, as it found it).
+    open_gap_said: bool,
 }
 
 impl Driver<'_> {
@@ -509,6 +530,7 @@ impl Driver<'_> {
                 session::feed::gap(&mut self.core, world, why);
                 if open {
                     // The stream ended (or was lost) inside the gap: it stays open.
+                    self.open_gap_said = true;
                     self.open_gap_to = self.open_gap_to.max(to);
                     let gap = Gap::new(
                         self.core.world().step,
@@ -608,9 +630,30 @@ impl Driver<'_> {
                     self.restarted(from, to, cause, events)
                 }
                 session::Event::Lost { step, why } => events(Event::Lost { step, why: &why }),
-                session::Event::Stopped => {}
+                session::Event::Stopped => self.stopped_in_a_gap(events),
             }
         }
+    }
+
+    /// The session stopped with a gap still open that no line has named yet (an end in
+    /// place of a resync, a connection lost for good): named now, as any gap is.
+    fn stopped_in_a_gap(&mut self, events: &mut impl FnMut(Event<'_>)) {
+        if self.open_gap_said {
+            return;
+        }
+        let summary = self.core.summary(self.host_step());
+        if summary.open_gap.is_some() {
+            if let Some(gap) = summary.gaps.last() {
+                self.open_gap_said = true;
+                events(Event::Gap { gap, file: None });
+            }
+        }
+    }
+
+    /// The latest host step heard of (at least the viewer's own and where a gap still
+    /// open runs to).
+    fn host_step(&self) -> u64 {
+        heard_of(self.shared, &self.core, self.open_gap_to)
     }
 
     fn attached(&mut self, step: u64, events: &mut impl FnMut(Event<'_>)) {
@@ -759,12 +802,7 @@ impl Driver<'_> {
     /// The outcome: the reader stopped, the core's summary, the recording finished.
     fn finish(mut self) -> Outcome {
         self.net.stop();
-        let host_step = self
-            .shared
-            .host_step
-            .load(Ordering::Relaxed)
-            .max(self.core.world().step)
-            .max(self.open_gap_to);
+        let host_step = heard_of(self.shared, &self.core, self.open_gap_to);
         let summary = self.core.summary(host_step);
         let stop = self.core.take_stop().unwrap_or(Stop::Failed(Failure::Other(
             "the session stopped without a reason".into(),
@@ -775,6 +813,7 @@ impl Driver<'_> {
             step: summary.step,
             verified: summary.verified,
             resyncs: summary.resyncs,
+            open_gap: summary.open_gap.is_some(),
             gaps: summary.gaps,
             resynced: summary.resynced,
             files: Vec::new(),
@@ -804,6 +843,16 @@ impl Driver<'_> {
         }
         out
     }
+}
+
+/// The latest host step heard of: at least the viewer's own, and where a gap still open
+/// runs to.
+fn heard_of(shared: &Shared, core: &Verifier, open_gap_to: u64) -> u64 {
+    shared
+        .host_step
+        .load(Ordering::Relaxed)
+        .max(core.world().step)
+        .max(open_gap_to)
 }
 
 /// How much lower than the reader the verifier runs by default (Linux `nice` steps, per

@@ -15,6 +15,16 @@ pub fn lost_line(step: u64, why: &str) -> String {
     format!("lost: {why}; at step {step}, connecting again")
 }
 
+/// What a gap's line says (`gap: …`): its why, which names its steps (a NATS gap's), or
+/// `steps F..T not verified: WHY` (one left open when the session ended).
+pub fn gap_text(g: &Gap) -> String {
+    if g.why.starts_with("steps ") {
+        g.why.clone()
+    } else {
+        format!("steps {}..{} not verified: {}", g.from, g.to, g.why)
+    }
+}
+
 /// The line a reconnection prints: the steps not seen, or how the host came back (behind
 /// the viewer, or with another world), and where the recording continues.
 pub fn reconnected_line(g: &Gap, file: Option<&Path>) -> String {

@@ -5,7 +5,7 @@
 //! the end with its verdict, as stdout shows them to a person. Each is logged once, here:
 //! [`session`] runs a session and logs its events, [`end`] logs how it ended.
 
-use super::lines::{lost_line, missing_line, reconnected_line};
+use super::lines::{gap_text, lost_line, missing_line, reconnected_line};
 use crate::live::session::{self, Event, Options, Outcome};
 use serde_json::Value;
 use tracing::{error, info, warn};
@@ -140,7 +140,7 @@ fn log_fields(ev: &Event<'_>) -> Option<Logged> {
             steps: gap.steps(),
             reason: Some(gap.why.clone()),
             file: file(f),
-            ..Logged::at("gap", gap.to, format!("gap: {}", gap.why))
+            ..Logged::at("gap", gap.to, format!("gap: {}", gap_text(gap)))
         },
         Event::Status(_) | Event::Fields { .. } | Event::Frame { .. } => return None,
     })

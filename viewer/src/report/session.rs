@@ -3,7 +3,7 @@
 //! place on a terminal; then the verdict, the files and the drift bundle.
 
 use super::bundle::{add_bundle_json, written_line, Written};
-use super::lines::{lost_line, missing_line, reconnected_line};
+use super::lines::{gap_text, lost_line, missing_line, reconnected_line};
 use super::out;
 use super::replay::link_info;
 use crate::args::{AttachArgs, BundleArgs};
@@ -290,7 +290,7 @@ impl Lines {
                     let cont = file
                         .map(|f| format!("; recording continues in {}", f.display()))
                         .unwrap_or_default();
-                    self.put(&format!("gap: {}{cont}", gap.why));
+                    self.put(&format!("gap: {}{cont}", gap_text(gap)));
                 }
             }
             Event::Status(_) if self.view.is_some() => {}
@@ -412,13 +412,23 @@ pub fn drift_bundle(o: &Outcome, opts: &BundleArgs, record: Option<&Path>) -> Op
 /// The verdict of a session: its exit code, one human line (a drift report is several),
 /// and the same as a JSON object.
 pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
-    let span = match o.attached_at {
-        Some(a) => format!("verified {} steps (step {a} to {})", o.verified, o.step),
-        None => "verified 0 steps".into(),
-    };
+    let tally = o.tally();
+    let span = tally.to_string();
     let (mut exit, stop, mut line, reason) = match &o.stop {
         Stop::Asked => (Exit::Ok, "asked", format!("ok: {span}"), None),
         Stop::Interrupted => (Exit::Ok, "interrupted", format!("stopped: {span}"), None),
+        // The viewer's world never reached the host's last step: exit 1, not ok
+        // (docs/protocol.md, "The verdict's count").
+        Stop::HostEnded(e) if e.reason.is_clean() && tally.open => (
+            Exit::Different,
+            "host-ended",
+            format!(
+                "incomplete: the host ended the stream ({}: {}); {span}",
+                e.reason.name(),
+                e.text
+            ),
+            Some(e.reason.name()),
+        ),
         Stop::HostEnded(e) if e.reason.is_clean() => (
             Exit::Ok,
             "host-ended",
@@ -448,7 +458,8 @@ pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
     }
     let verdict = match exit {
         Exit::Ok => "ok",
-        Exit::Different => "drift",
+        Exit::Different if matches!(o.stop, Stop::Drift(_)) => "drift",
+        Exit::Different => "incomplete",
         Exit::Failure => "error",
     };
     let obj = serde_json::json!({
@@ -458,6 +469,13 @@ pub fn verdict(o: &Outcome) -> (Exit, String, serde_json::Value) {
         "attached_at": o.attached_at,
         "step": o.step,
         "verified": o.verified,
+        "end_step": tally.to,
+        "total": tally.total,
+        "not_verified": tally.not_verified(),
+        "not_verified_in_gaps": tally.in_gaps,
+        "not_verified_in_resyncs": tally.resynced,
+        "gap_count": tally.gaps + tally.unknown_gaps,
+        "open_gap": tally.open,
         "resyncs": o.resyncs,
         "gaps": o.gaps.iter().map(gap_json).collect::<Vec<_>>(),
         "resynced": o.resynced.iter().map(|g| serde_json::json!({"from": g.from, "to": g.to, "steps": g.to.saturating_sub(g.from)})).collect::<Vec<_>>(),

@@ -254,7 +254,7 @@
     let state = "connecting";
     let why = "";
     if (st.ended) {
-      state = { drift: "drift", ok: "ended" }[st.ended.verdict] || "failed";
+      state = { drift: "drift", ok: "ended", incomplete: "incomplete" }[st.ended.verdict] || "failed";
       why = String(st.ended.message || "").split("\n")[0];
     } else if (st.drift) {
       state = "drift";
