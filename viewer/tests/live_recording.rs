@@ -533,7 +533,7 @@ fn a_viewer_paused_as_a_host_at_full_speed_ends_names_the_steps_it_never_reached
         "64",
         "--json",
         "--status-ms",
-        "50",
+        "20",
         "--record",
         host_rec.to_str().unwrap(),
     ]);
@@ -577,12 +577,29 @@ fn a_viewer_paused_as_a_host_at_full_speed_ends_names_the_steps_it_never_reached
     assert_eq!(end["reason"], "finished", "{end}");
     assert_eq!(end["host_step"], N, "{end}");
     let step = end["step"].as_u64().unwrap();
+    let from = end["attached_at"].as_u64().unwrap();
+    // Every step from the attach to N is counted: verified, or in a gap or resync named.
+    assert_eq!(end["total"], N - from, "{end}");
+    assert_eq!(end["end_step"], N, "{end}");
+    assert_eq!(
+        end["verified"].as_u64().unwrap() + end["not_verified"].as_u64().unwrap(),
+        N - from,
+        "{end}"
+    );
+    let message = end["message"].as_str().unwrap();
+    if step == N {
+        // The host's status came late (a host starved of the CPU): the viewer was
+        // stopped too late to fall behind, and it verified everything.
+        assert_eq!(code(&out), 0, "{text}");
+        assert_eq!(end["verdict"], "ok", "{end}");
+        assert_eq!(end["open_gap"], false, "{end}");
+        return;
+    }
     // A queue of 64 records: the viewer stopped while the host ran on is behind it.
     assert!(step < N, "{end}");
     assert_eq!(code(&out), 1, "{text}");
     assert_eq!(end["verdict"], "incomplete", "{end}");
     assert_eq!(end["open_gap"], true, "{end}");
-    assert_eq!(end["end_step"], N, "{end}");
     let gaps = end["gaps"].as_array().unwrap();
     let last = gaps.last().expect("the open gap");
     assert_eq!(
@@ -591,15 +608,6 @@ fn a_viewer_paused_as_a_host_at_full_speed_ends_names_the_steps_it_never_reached
         "{end}"
     );
     assert_eq!(last["steps"], N - step, "{end}");
-    // Every step from the attach to N is counted: verified, or in a gap or resync named.
-    let from = end["attached_at"].as_u64().unwrap();
-    assert_eq!(end["total"], N - from, "{end}");
-    assert_eq!(
-        end["verified"].as_u64().unwrap() + end["not_verified"].as_u64().unwrap(),
-        N - from,
-        "{end}"
-    );
-    let message = end["message"].as_str().unwrap();
     assert!(
         message.starts_with("incomplete: the host ended the stream (finished: ")
             && message.contains(&format!(
