@@ -13,6 +13,7 @@
 //!                              poll_event() ── Arrival ──▶ spool ──▶ Verifier
 //! ```
 
+pub mod nats;
 pub mod tcp;
 
 use crate::session::{feed, Input, Verifier};

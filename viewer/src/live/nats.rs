@@ -12,10 +12,9 @@ use super::shared::{Ended, Shared};
 use super::spool::{Item, Spool};
 use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
 use futures::StreamExt;
+use ostm_protocol::reader::nats;
 use ostm_protocol::session::same_world;
-use ostm_protocol::wire::nats::{
-    self as wire, another_world, not_a_record, Follow, Leaf, Session, Take,
-};
+use ostm_protocol::wire::nats::{self as wire, another_world, Session};
 use ostm_protocol::wire::{DriftReply, PeerRole, ToHost, ToViewer, ViewerCodec, Welcome, VERSION};
 use ostm_protocol::{FormatError, World};
 use ostm_runtime::cli::NatsAuthArgs;
@@ -173,13 +172,8 @@ pub async fn run(
         Ok(k) => k,
         Err(e) => return Ended::Broken(e),
     };
-    let reading = Reading {
-        target: t,
-        world: world.clone(),
-        follow: Follow::new(world.step),
-        batch: Vec::new(),
-        shared: &shared,
-    };
+    // The machine's clock starts when the read loop does (`read_on`).
+    let reader = nats::Reader::new(t.name(), t.session.clone(), world.clone(), key_seq, 0);
     shared.connection.fetch_add(1, Ordering::SeqCst);
     shared.host_step.fetch_max(world.step, Ordering::Relaxed);
     let welcome = Welcome {
@@ -204,12 +198,13 @@ pub async fn run(
         Err(e) => return Ended::Broken(e),
     };
     let mut link = Link {
+        target: t,
         client: &client,
         stream: &stream,
         from_verifier,
         replies: &replies,
     };
-    read_on(&mut link, reading, messages, key_seq, &spool).await
+    read_on(&mut link, reader, messages, &shared, &spool).await
 }
 
 /// Connects to the server and finds the session's stream.
@@ -292,46 +287,56 @@ async fn first_consumer(
 /// requests out, a new consumer when quiet) and the verifier (its requests in, the
 /// replies out).
 struct Link<'a> {
+    target: &'a Target,
     client: &'a async_nats::Client,
     stream: &'a jetstream::stream::Stream,
     from_verifier: mpsc::UnboundedReceiver<ToHost>,
     replies: &'a std::sync::mpsc::Sender<Result<DriftReply, String>>,
 }
 
-/// Reads the stream's messages after stream sequence `key_seq` into the spool by the gap
-/// rule, passing the verifier's drift requests on, until the stream's end message, a
-/// refusal, or [`SILENCE`] with no message. A quiet stream (a restarted server, a lost
-/// consumer) is read on with a new consumer from the message after the last one taken,
-/// every [`RESUME_AFTER`]; messages delivered again are skipped by stream sequence.
+/// Reads the stream's messages into the spool through the NATS reader's machine
+/// ([`nats::Reader`]: the gap rule, messages taken once by stream sequence, the silence
+/// and the resumption of a quiet stream with a new consumer), passing the verifier's drift
+/// requests on, until the stream's end message, a refusal, or the silence.
 async fn read_on(
     link: &mut Link<'_>,
-    mut reading: Reading<'_>,
+    mut m: nats::Reader,
     mut messages: pull::Ordered,
-    key_seq: u64,
+    shared: &Shared,
     spool: &Spool,
 ) -> Ended<Lost> {
-    let t = reading.target;
-    let s = &t.session;
+    let s = &link.target.session;
     let filter = s.filter();
-    // The last stream sequence taken, and when the last message came.
-    let mut last_seq = key_seq;
-    let mut heard = tokio::time::Instant::now();
+    let started = tokio::time::Instant::now();
+    let now = || started.elapsed().as_millis() as u64;
+    let mut batch: Vec<Item> = Vec::new();
     loop {
+        let at = started + Duration::from_millis(m.poll_timeout().unwrap_or(u64::MAX / 2));
         let msg = tokio::select! {
             biased;
-            m = messages.next() => m,
-            _ = tokio::time::sleep(RESUME_AFTER) => {
-                if heard.elapsed() >= SILENCE {
-                    reading.open_gap(0, "before the session was lost");
-                    let _ = spool.push_all(&mut reading.batch);
+            msg = messages.next() => msg,
+            _ = tokio::time::sleep_until(at) => {
+                m.handle_timeout(now());
+                let mut silent = false;
+                while let Some(e) = m.poll_event() {
+                    match e {
+                        nats::Event::Deliver(a) => batch.push(a),
+                        nats::Event::Silent => silent = true,
+                        nats::Event::Resume { from_seq } => {
+                            debug!(last_seq = m.last_seq(), "no message for a while: reading on with a new consumer");
+                            if let Ok(again) = read_from(link.stream, &filter, from_seq).await {
+                                messages = again;
+                            }
+                            m.handle_wake(now());
+                        }
+                    }
+                }
+                if silent {
+                    let _ = spool.push_all(&mut batch);
                     return Ended::Lost(Lost::Silent {
                         name: s.name().to_string(),
-                        url: t.url.clone(),
+                        url: link.target.url.clone(),
                     });
-                }
-                debug!(last_seq, "no message for a while: reading on with a new consumer");
-                if let Ok(m) = read_from(link.stream, &filter, last_seq + 1).await {
-                    messages = m;
                 }
                 continue;
             }
@@ -339,6 +344,7 @@ async fn read_on(
                 if let Some(r) = r {
                     pass_on(link.client, &s.drift(), r, link.replies).await;
                 }
+                m.handle_wake(now());
                 continue;
             }
         };
@@ -348,20 +354,28 @@ async fn read_on(
                 // The ordered consumer recreates itself after a server restart; a gap
                 // this leaves is found by step number.
                 debug!("stream read error: {e}");
+                m.handle_wake(now());
                 continue;
             }
-            Some(Ok(m)) => m,
+            Some(Ok(msg)) => msg,
         };
         let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-        heard = tokio::time::Instant::now();
-        if seq <= last_seq && seq != 0 {
-            // Delivered again by a new consumer: already taken.
-            continue;
+        let taken = m.handle_message(now(), msg.subject.as_str(), seq, &msg.payload);
+        while let Some(e) = m.poll_event() {
+            if let nats::Event::Deliver(a) = e {
+                match &a {
+                    Item::Gap {
+                        to, world: Some(_), ..
+                    } => debug!(to, "a keyframe closes a gap"),
+                    Item::Missing { why } => debug!(why, "records missing; waiting for a keyframe"),
+                    _ => {}
+                }
+                batch.push(a);
+            }
         }
-        last_seq = last_seq.max(seq);
-        let taken = reading.message(msg.subject.as_str(), seq, &msg.payload);
+        shared.host_step.fetch_max(m.host_step(), Ordering::Relaxed);
         // What was whole and valid goes to the verifier, also before a refusal.
-        if let Err(e) = spool.push_all(&mut reading.batch) {
+        if let Err(e) = spool.push_all(&mut batch) {
             return Ended::Broken(Lost::Spool(e));
         }
         match taken {
@@ -379,115 +393,6 @@ async fn read_on(
         }
     }
 }
-
-/// The stream's messages turned into the verifier's items by the gap rule
-/// ([`Follow`], docs/fan-out.md "What a viewer does").
-struct Reading<'a> {
-    target: &'a Target,
-    /// The session's world: a keyframe must be of it ([`same_world`]).
-    world: World,
-    follow: Follow,
-    /// Items for the spool, pushed after each message.
-    batch: Vec<Item>,
-    shared: &'a Shared,
-}
-
-impl Reading<'_> {
-    /// Takes one message: `Ok(Some(end))` for the end, `Err(why)` for a message refused
-    /// (the items before the refused frame are in the batch).
-    fn message(
-        &mut self,
-        subject: &str,
-        seq: u64,
-        payload: &[u8],
-    ) -> Result<Option<ostm_protocol::wire::End>, FormatError> {
-        let place = self.target.place(subject, seq);
-        match self.target.session.leaf(subject) {
-            Leaf::Records => self.records(&place, payload).map(|()| None),
-            Leaf::Keyframes => {
-                let world = wire::keyframe(&place, payload)?;
-                if !same_world(&world, &self.world) {
-                    return Err(another_world(&place));
-                }
-                self.shared
-                    .host_step
-                    .fetch_max(world.step, Ordering::Relaxed);
-                if let Some(from) = self.follow.keyframe(world.step) {
-                    debug!(from, to = world.step, "a keyframe closes a gap");
-                    let why = format!(
-                        "steps {from}..{} are not on the stream {}; continuing from its keyframe at step {}",
-                        world.step,
-                        self.target.session.stream(),
-                        world.step
-                    );
-                    self.batch.push(Item::Gap {
-                        to: world.step,
-                        world: Some(world),
-                        why,
-                    });
-                }
-                Ok(None)
-            }
-            Leaf::End => {
-                let end = wire::end(&place, payload)?;
-                self.open_gap(end.host_step, "before its end");
-                self.batch.push(Item::End(end.clone()));
-                Ok(Some(end))
-            }
-            Leaf::Other => {
-                debug!(subject, "a message on another subject; ignored");
-                Ok(None)
-            }
-        }
-    }
-
-    /// The records of a `rec` message, each whole and valid one before a bad frame taken.
-    fn records(&mut self, place: &str, payload: &[u8]) -> Result<(), FormatError> {
-        for f in wire::frames(place, payload)? {
-            let (at, m) = f?;
-            let ToViewer::Record(r) = m else {
-                return Err(not_a_record(place, at, &m));
-            };
-            self.shared
-                .host_step
-                .fetch_max(r.step.saturating_add(1), Ordering::Relaxed);
-            match self.follow.record(r.step) {
-                Take::Verify => self.batch.push(Item::Record(r)),
-                Take::Missing => {
-                    let from = self.follow.next();
-                    debug!(
-                        from,
-                        seen = r.step,
-                        "records missing; waiting for a keyframe"
-                    );
-                    let why = wire::waiting(&self.target.session.stream(), from, r.step);
-                    self.batch.push(Item::Missing { why });
-                }
-                Take::Repeat | Take::Skip => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// The stream ends (at the host's step `host_step`) or is lost (0) with steps heard of
-    /// past the viewer's: they are a gap no keyframe closed.
-    fn open_gap(&mut self, host_step: u64, when: &str) {
-        if let Some((from, to)) = self.follow.open_gap(host_step) {
-            let why = format!(
-                "steps {from}..{to} are not on the stream {} {when}",
-                self.target.session.stream()
-            );
-            self.batch.push(Item::Gap {
-                to,
-                world: None,
-                why,
-            });
-        }
-    }
-}
-
-/// How long without a message before the reader reads on with a new consumer.
-const RESUME_AFTER: Duration = Duration::from_secs(3);
 
 /// The last keyframe at or before `step`, read through the keyframes in order.
 async fn find_keyframe(

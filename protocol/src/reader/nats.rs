@@ -1,0 +1,381 @@
+//! The NATS reader's rules, sans-IO (docs/fan-out.md, "What a viewer does", "Gaps"): the
+//! session's messages after the keyframe it joined at, taken once each by stream sequence,
+//! turned into the verifier's arrivals by the gap rule ([`Follow`]): records verified,
+//! repeats skipped, missing records noticed, the keyframe that closes a gap, the gap left
+//! open at the end or when the session is lost; a keyframe of another world refused; the
+//! silence rule and the resumption of a quiet stream with a new consumer.
+//!
+//! [`Reader`] holds no client, clock or channel: its driver hands it each message
+//! ([`Reader::handle_message`]) and the time ([`Reader::handle_timeout`]), and does what
+//! [`Reader::poll_event`] says.
+
+use super::Arrival;
+use crate::error::FormatError;
+use crate::session::{same_world, Millis};
+use crate::wire::nats::{self as wire, another_world, not_a_record, Follow, Leaf, Session, Take};
+use crate::wire::{End, ToViewer};
+use crate::World;
+use std::collections::VecDeque;
+
+/// How long the reader waits for any message before it gives the session up: longer than
+/// over TCP, since a NATS server that restarts takes the client a few reconnection
+/// attempts and the ordered consumer two missed idle heartbeats (5 s each) to resume.
+pub const SILENCE_MS: u64 = 30_000;
+/// How long without a message before the reader reads on with a new consumer.
+pub const RESUME_AFTER_MS: u64 = 3_000;
+
+/// What the driver does next, in order.
+#[derive(Debug)]
+pub enum Event {
+    /// Hand this to the verifier, in order.
+    Deliver(Arrival),
+    /// The stream has been quiet: read on with a new consumer from this stream sequence.
+    Resume { from_seq: u64 },
+    /// The session sent nothing for [`SILENCE_MS`]: the reader gives it up (an open gap,
+    /// if any, was delivered first).
+    Silent,
+}
+
+/// The NATS reader: see the module's documentation.
+#[derive(Debug)]
+pub struct Reader {
+    /// `URL/NAME`, as a message's place begins in errors.
+    name: String,
+    session: Session,
+    /// The session's world: a keyframe must be of it.
+    world: World,
+    follow: Follow,
+    /// The last stream sequence taken.
+    last_seq: u64,
+    /// When the last message came.
+    heard: Millis,
+    /// When the driver last looked (a message, a request, the resume timer).
+    woke: Millis,
+    host_step: u64,
+    done: bool,
+    events: VecDeque<Event>,
+}
+
+impl Reader {
+    /// A reader of `session` on the server named `name` (`URL/NAME`), joined at `world`,
+    /// the keyframe at stream sequence `key_seq`, at `now`.
+    pub fn new(name: String, session: Session, world: World, key_seq: u64, now: Millis) -> Reader {
+        Reader {
+            name,
+            session,
+            follow: Follow::new(world.step),
+            host_step: world.step,
+            world,
+            last_seq: key_seq,
+            heard: now,
+            woke: now,
+            done: false,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The latest host step heard of.
+    pub fn host_step(&self) -> u64 {
+        self.host_step
+    }
+
+    /// The last stream sequence taken.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// The next event, if any.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Reader::handle_timeout`] must be called next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        (!self.done).then(|| self.woke.saturating_add(RESUME_AFTER_MS))
+    }
+
+    /// The driver did something else (passed a drift request on, met a read error): the
+    /// quiet wait starts again.
+    pub fn handle_wake(&mut self, now: Millis) {
+        self.woke = now;
+    }
+
+    /// The time is `now`: after [`RESUME_AFTER_MS`] without a message the stream is read
+    /// on with a new consumer; after [`SILENCE_MS`] the session is given up.
+    pub fn handle_timeout(&mut self, now: Millis) {
+        if self.done || now < self.woke.saturating_add(RESUME_AFTER_MS) {
+            return;
+        }
+        self.woke = now;
+        if now.saturating_sub(self.heard) >= SILENCE_MS {
+            self.open_gap(0, "before the session was lost");
+            self.done = true;
+            self.events.push_back(Event::Silent);
+            return;
+        }
+        self.events.push_back(Event::Resume {
+            from_seq: self.last_seq + 1,
+        });
+    }
+
+    /// One message of the stream, on `subject` at stream sequence `seq` (0: not known).
+    /// A message delivered again (a new consumer's) is skipped. Returns the end message,
+    /// or the refusal of a malformed message, a keyframe of another world or a frame
+    /// that is not a record (what was whole and valid before it is delivered first).
+    ///
+    /// # Errors
+    /// The refusal, naming the subject, the stream sequence and the byte offset.
+    pub fn handle_message(
+        &mut self,
+        now: Millis,
+        subject: &str,
+        seq: u64,
+        payload: &[u8],
+    ) -> Result<Option<End>, FormatError> {
+        self.heard = now;
+        self.woke = now;
+        if self.done || (seq <= self.last_seq && seq != 0) {
+            return Ok(None);
+        }
+        self.last_seq = self.last_seq.max(seq);
+        let place = format!("{}: subject {subject}, stream sequence {seq}", self.name);
+        let taken = match self.session.leaf(subject) {
+            Leaf::Records => self.records(&place, payload).map(|()| None),
+            Leaf::Keyframes => self.keyframe(&place, payload).map(|()| None),
+            Leaf::End => {
+                let end = wire::end(&place, payload)?;
+                self.open_gap(end.host_step, "before its end");
+                self.deliver(Arrival::End(end.clone()));
+                Ok(Some(end))
+            }
+            Leaf::Other => Ok(None),
+        };
+        if !matches!(taken, Ok(None)) {
+            self.done = true;
+        }
+        taken
+    }
+
+    fn deliver(&mut self, a: Arrival) {
+        self.events.push_back(Event::Deliver(a));
+    }
+
+    fn keyframe(&mut self, place: &str, payload: &[u8]) -> Result<(), FormatError> {
+        let world = wire::keyframe(place, payload)?;
+        if !same_world(&world, &self.world) {
+            return Err(another_world(place));
+        }
+        self.host_step = self.host_step.max(world.step);
+        if let Some(from) = self.follow.keyframe(world.step) {
+            let why = format!(
+                "steps {from}..{} are not on the stream {}; continuing from its keyframe at step {}",
+                world.step,
+                self.session.stream(),
+                world.step
+            );
+            self.deliver(Arrival::Gap {
+                to: world.step,
+                world: Some(world),
+                why,
+            });
+        }
+        Ok(())
+    }
+
+    /// The records of a `rec` message, each whole and valid one before a bad frame taken.
+    fn records(&mut self, place: &str, payload: &[u8]) -> Result<(), FormatError> {
+        for f in wire::frames(place, payload)? {
+            let (at, m) = f?;
+            let ToViewer::Record(r) = m else {
+                return Err(not_a_record(place, at, &m));
+            };
+            self.host_step = self.host_step.max(r.step.saturating_add(1));
+            match self.follow.record(r.step) {
+                Take::Verify => self.deliver(Arrival::Record(r)),
+                Take::Missing => {
+                    let from = self.follow.next();
+                    let why = wire::waiting(&self.session.stream(), from, r.step);
+                    self.deliver(Arrival::Missing { why });
+                }
+                Take::Repeat | Take::Skip => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The stream ends (at the host's step `host_step`) or is lost (0) with steps heard of
+    /// past the viewer's: they are a gap no keyframe closed.
+    fn open_gap(&mut self, host_step: u64, when: &str) {
+        if let Some((from, to)) = self.follow.open_gap(host_step) {
+            let why = format!(
+                "steps {from}..{to} are not on the stream {} {when}",
+                self.session.stream()
+            );
+            self.deliver(Arrival::Gap {
+                to,
+                world: None,
+                why,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::world::{Dims, Setup};
+    use crate::wire::{EndReason, HostCodec, Record, SnapshotKind};
+    use bytes::{Bytes, BytesMut};
+
+    fn world(seed: u32, step: u64) -> World {
+        let mut w = World::new(
+            Setup {
+                dims: Dims::Two,
+                bodies: 3,
+                seed,
+            },
+            None,
+        );
+        w.step = step;
+        w
+    }
+
+    fn frames(ms: &[ToViewer]) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        for m in ms {
+            HostCodec::new("t").encode(m, &mut b).unwrap();
+        }
+        b.to_vec()
+    }
+
+    fn recs(steps: std::ops::Range<u64>) -> Vec<u8> {
+        let ms: Vec<ToViewer> = steps
+            .map(|step| {
+                ToViewer::Record(Record {
+                    step,
+                    hash: step,
+                    input: Bytes::new(),
+                })
+            })
+            .collect();
+        frames(&ms)
+    }
+
+    fn key(w: World) -> Vec<u8> {
+        frames(&[ToViewer::Snapshot {
+            kind: SnapshotKind::Attach,
+            world: w,
+        }])
+    }
+
+    fn drain(r: &mut Reader) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(e) = r.poll_event() {
+            out.push(match e {
+                Event::Deliver(Arrival::Record(r)) => format!("record {}", r.step),
+                Event::Deliver(Arrival::Gap { to, world, why }) => {
+                    format!(
+                        "gap to {to}{}: {why}",
+                        if world.is_some() { " (keyframe)" } else { "" }
+                    )
+                }
+                Event::Deliver(Arrival::Missing { .. }) => "missing".into(),
+                Event::Deliver(Arrival::End(e)) => format!("end {}", e.host_step),
+                Event::Deliver(other) => format!("{other:?}"),
+                Event::Resume { from_seq } => format!("resume from {from_seq}"),
+                Event::Silent => "silent".into(),
+            });
+        }
+        out
+    }
+
+    fn reader() -> Reader {
+        let s = Session::new("demo").unwrap();
+        Reader::new("nats://127.0.0.1:4222/demo".into(), s, world(1, 10), 5, 0)
+    }
+
+    #[test]
+    fn records_are_taken_once_by_sequence_and_a_gap_closes_at_the_next_keyframe() {
+        let mut r = reader();
+        let rec = Session::new("demo").unwrap().records();
+        let keys = Session::new("demo").unwrap().keyframes();
+        assert_eq!(r.handle_message(1, &rec, 6, &recs(10..12)), Ok(None));
+        // The same message again (a new consumer's): skipped.
+        assert_eq!(r.handle_message(2, &rec, 6, &recs(10..12)), Ok(None));
+        assert_eq!(drain(&mut r), ["record 10", "record 11"]);
+        // Step 12 never comes: a record past it is noticed, the keyframe closes the gap.
+        assert_eq!(r.handle_message(3, &rec, 8, &recs(14..15)), Ok(None));
+        assert_eq!(r.handle_message(4, &keys, 9, &key(world(1, 20))), Ok(None));
+        assert_eq!(
+            drain(&mut r),
+            [
+                "missing".to_string(),
+                "gap to 20 (keyframe): steps 12..20 are not on the stream OSTM_demo; continuing from its keyframe at step 20".into()
+            ]
+        );
+        assert_eq!(r.host_step(), 20);
+    }
+
+    #[test]
+    fn a_keyframe_of_another_world_is_refused_with_its_place() {
+        let mut r = reader();
+        let keys = Session::new("demo").unwrap().keyframes();
+        let e = r
+            .handle_message(1, &keys, 7, &key(world(2, 20)))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            another_world("nats://127.0.0.1:4222/demo: subject ostm.demo.key, stream sequence 7")
+        );
+        assert_eq!(r.poll_timeout(), None);
+    }
+
+    #[test]
+    fn the_end_leaves_a_gap_open_to_its_host_step() {
+        let mut r = reader();
+        let end = Session::new("demo").unwrap().end();
+        let msg = frames(&[ToViewer::End(End {
+            reason: EndReason::Finished,
+            text: "done".into(),
+            host_step: 15,
+        })]);
+        let got = r.handle_message(1, &end, 6, &msg).unwrap().unwrap();
+        assert_eq!(got.host_step, 15);
+        assert_eq!(
+            drain(&mut r),
+            [
+                "gap to 15: steps 10..15 are not on the stream OSTM_demo before its end",
+                "end 15"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_quiet_stream_is_read_on_every_three_seconds_and_given_up_after_thirty() {
+        let mut r = reader();
+        let rec = Session::new("demo").unwrap().records();
+        assert_eq!(r.handle_message(1_000, &rec, 6, &recs(10..11)), Ok(None));
+        drain(&mut r);
+        assert_eq!(r.poll_timeout(), Some(4_000));
+        r.handle_timeout(3_999);
+        assert!(drain(&mut r).is_empty());
+        let mut now = 4_000;
+        let mut resumes = 0;
+        loop {
+            r.handle_timeout(now);
+            let got = drain(&mut r);
+            if got == ["resume from 7"] {
+                resumes += 1;
+                now = r.poll_timeout().unwrap();
+                continue;
+            }
+            assert_eq!(got, ["silent"]);
+            break;
+        }
+        assert_eq!(now, 1_000 + SILENCE_MS);
+        assert_eq!(resumes, 9);
+        assert_eq!(r.poll_timeout(), None);
+    }
+}
