@@ -42,7 +42,7 @@ pub const NAME: &str = "fuzz-input";
 pub type Check = fn(&[u8]);
 
 /// The targets, by name: `fuzz/fuzz_targets/<name>.rs` and `fixtures/fuzz/<name>/`.
-pub const TARGETS: [(&str, Check); 13] = [
+pub const TARGETS: [(&str, Check); 14] = [
     ("replay", replay),
     ("replay_stream", replay_stream),
     ("wire_viewer", wire_viewer),
@@ -56,6 +56,7 @@ pub const TARGETS: [(&str, Check); 13] = [
     ("session", session),
     ("host_conn", host_conn),
     ("tcp_reader", tcp_reader),
+    ("nats_reader", nats_reader),
 ];
 
 /// Steps above which a target does not also run the replay (the run is not what is
@@ -1437,6 +1438,170 @@ pub fn tcp_reader(data: &[u8]) {
                 1 => r.send(ostm_protocol::wire::ToHost::DriftRequest { step: host_step }),
                 _ => r.handle_viewer_step(host_step),
             },
+        }
+    }
+}
+
+/// `nats_reader`: one event a byte: a message on the session's records subject (1 to 4
+/// records from the host's next step, a step skipped or one repeated), its keyframes
+/// subject (this world or another, at the host's step), its end subject, another subject,
+/// or the fuzzer's own bytes as a payload on any of them; delivered at the next stream
+/// sequence, again (a new consumer's), or with none; the clock moved on by up to 20 s
+/// (late) or not at all (early); the driver waking. Whatever the order: no panic; records
+/// are delivered in step order, once each, from the join or from the keyframe that closed
+/// a gap; nothing follows the end, a refusal or the silence; a refusal names an offset
+/// within its payload.
+pub fn nats_reader(data: &[u8]) {
+    use ostm_protocol::reader::nats::{Event, Reader};
+    use ostm_protocol::reader::Arrival;
+    use ostm_protocol::wire::nats::Session;
+    use ostm_protocol::wire::{End, EndReason, HostCodec, Record, SnapshotKind, ToViewer};
+    use ostm_protocol::{Dims, Setup};
+
+    let world = |seed: u32, step: u64| {
+        let mut w = World::new(
+            Setup {
+                dims: Dims::Two,
+                bodies: 3,
+                seed,
+            },
+            None,
+        );
+        w.step = step;
+        w
+    };
+    let session = Session::new("demo").expect("a session name");
+    let subjects = [
+        session.records(),
+        session.keyframes(),
+        session.end(),
+        "ostm.demo.other".to_string(),
+    ];
+    let mut now: u64 = 0;
+    let mut r = Reader::new(
+        "nats://127.0.0.1:4222/demo".into(),
+        session.clone(),
+        world(1, 10),
+        5,
+        now,
+    );
+    let mut host_step: u64 = 10;
+    let mut seq: u64 = 5;
+    let mut next: u64 = 10;
+    let mut stopped = false;
+    let mut rest = data;
+    let frames = |ms: &[ToViewer]| {
+        let mut b = BytesMut::new();
+        for m in ms {
+            let _ = HostCodec::new("host").encode(m, &mut b);
+        }
+        b.to_vec()
+    };
+    for _ in 0..4_000 {
+        while let Some(e) = r.poll_event() {
+            assert!(!stopped, "an event after the reader stopped: {e:?}");
+            match e {
+                Event::Deliver(Arrival::Record(rec)) => {
+                    assert_eq!(rec.step, next, "a record out of step delivered");
+                    next += 1;
+                }
+                Event::Deliver(Arrival::Gap { world: Some(w), .. }) => next = w.step,
+                Event::Silent => stopped = true,
+                _ => {}
+            }
+        }
+        let Some((&op, tail)) = rest.split_first() else {
+            return;
+        };
+        rest = tail;
+        let arg = op >> 4;
+        let payload: Vec<u8> = match op % 8 {
+            0 | 1 => {
+                let from = match arg {
+                    15 => host_step + 1,
+                    14 => host_step.saturating_sub(1),
+                    _ => host_step,
+                };
+                let n = 1 + u64::from(arg & 3);
+                host_step = from + n;
+                let ms: Vec<ToViewer> = (from..from + n)
+                    .map(|step| {
+                        ToViewer::Record(Record {
+                            step,
+                            hash: step,
+                            input: bytes::Bytes::new(),
+                        })
+                    })
+                    .collect();
+                frames(&ms)
+            }
+            2 => frames(&[ToViewer::Snapshot {
+                kind: SnapshotKind::Attach,
+                world: world(if arg == 15 { 2 } else { 1 }, host_step),
+            }]),
+            3 => frames(&[ToViewer::End(End {
+                reason: EndReason::ALL[usize::from(arg) % EndReason::ALL.len()],
+                text: "the end".into(),
+                host_step,
+            })]),
+            4 => {
+                let n = (1 + usize::from(arg) * 2).min(rest.len());
+                let (bytes, tail) = rest.split_at(n);
+                rest = tail;
+                bytes.to_vec()
+            }
+            5 => {
+                now += u64::from(arg) * 1_300;
+                r.handle_timeout(now);
+                continue;
+            }
+            6 => {
+                r.handle_wake(now);
+                r.handle_timeout(now);
+                continue;
+            }
+            _ => {
+                r.handle_timeout(now);
+                continue;
+            }
+        };
+        let subject = match op % 8 {
+            0 | 1 => &subjects[0],
+            2 => &subjects[1],
+            3 => &subjects[2],
+            _ => &subjects[usize::from(arg) % 4],
+        };
+        let at = match arg % 4 {
+            0 => seq,
+            1 => 0,
+            _ => {
+                seq += 1;
+                seq
+            }
+        };
+        match r.handle_message(now, subject, at, &payload) {
+            Ok(Some(_)) => stopped = true,
+            Ok(None) => {}
+            Err(e) => {
+                assert!(
+                    e.offset <= payload.len() as u64,
+                    "offset {} past the {}-byte payload: {e}",
+                    e.offset,
+                    payload.len()
+                );
+                assert!(!e.to_string().is_empty());
+                stopped = true;
+            }
+        }
+        if stopped {
+            // Whatever the refusal or end delivered before it is taken; then nothing.
+            while r.poll_event().is_some() {}
+            r.handle_timeout(now + 100_000);
+            assert!(
+                r.poll_event().is_none(),
+                "an event after the reader stopped"
+            );
+            return;
         }
     }
 }

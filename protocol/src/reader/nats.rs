@@ -141,21 +141,31 @@ impl Reader {
         }
         self.last_seq = self.last_seq.max(seq);
         let place = format!("{}: subject {subject}, stream sequence {seq}", self.name);
-        let taken = match self.session.leaf(subject) {
-            Leaf::Records => self.records(&place, payload).map(|()| None),
-            Leaf::Keyframes => self.keyframe(&place, payload).map(|()| None),
+        let taken = self.take(subject, &place, payload);
+        // The end or a refusal: nothing follows.
+        if !matches!(taken, Ok(None)) {
+            self.done = true;
+        }
+        taken
+    }
+
+    fn take(
+        &mut self,
+        subject: &str,
+        place: &str,
+        payload: &[u8],
+    ) -> Result<Option<End>, FormatError> {
+        match self.session.leaf(subject) {
+            Leaf::Records => self.records(place, payload).map(|()| None),
+            Leaf::Keyframes => self.keyframe(place, payload).map(|()| None),
             Leaf::End => {
-                let end = wire::end(&place, payload)?;
+                let end = wire::end(place, payload)?;
                 self.open_gap(end.host_step, "before its end");
                 self.deliver(Arrival::End(end.clone()));
                 Ok(Some(end))
             }
             Leaf::Other => Ok(None),
-        };
-        if !matches!(taken, Ok(None)) {
-            self.done = true;
         }
-        taken
     }
 
     fn deliver(&mut self, a: Arrival) {
@@ -330,6 +340,18 @@ mod tests {
             another_world("nats://127.0.0.1:4222/demo: subject ostm.demo.key, stream sequence 7")
         );
         assert_eq!(r.poll_timeout(), None);
+    }
+
+    /// Found by the fuzz target: a refused end message left the reader's resume timer
+    /// running.
+    #[test]
+    fn nothing_follows_a_refusal() {
+        let mut r = reader();
+        let end = Session::new("demo").unwrap().end();
+        assert!(r.handle_message(1, &end, 6, &[]).is_err());
+        assert_eq!(r.poll_timeout(), None);
+        r.handle_timeout(100_000);
+        assert!(drain(&mut r).is_empty());
     }
 
     #[test]
