@@ -313,8 +313,9 @@ fn session(fault: Fault, name: &str) {
     // The host keeps stepping while the node is away.
     let down = host.wait_status(|v| counter(v, "step") >= counter(&before, "step") + away);
     if fault == Fault::LeaderPaused {
+        // The stream's leader then (the resumed node catches up while the host goes on;
+        // the host's lines below wait for publishing past the fault).
         cluster.resume(victim);
-        cluster.wait_ready();
         cluster.wait_stream_leader(&stream);
     }
     match fault {
@@ -409,7 +410,7 @@ fn a_follower_s_stream_files_truncated_while_it_is_down() {
 }
 
 #[test]
-#[ignore = "the session's checks pass, then reading the stream whole afterwards delivered nothing more in one run of one: not yet understood"]
+#[ignore = "in two runs of three, after the session's checks passed, an ordered consumer reading the stream whole delivered nothing more: not yet understood"]
 fn a_byte_of_a_follower_s_stream_files_flipped_while_it_is_down() {
     session(Fault::FollowerFlipped, "flipped");
 }
