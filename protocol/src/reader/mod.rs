@@ -84,3 +84,20 @@ impl Arrival {
         None
     }
 }
+
+/// A small 2D world of three bodies from `seed`, at `step`: what the readers' tests attach
+/// to and refuse as another world.
+#[cfg(test)]
+pub(crate) fn test_world(seed: u32, step: u64) -> World {
+    use crate::sim::world::{Dims, Setup};
+    let mut w = World::new(
+        Setup {
+            dims: Dims::Two,
+            bodies: 3,
+            seed,
+        },
+        None,
+    );
+    w.step = step;
+    w
+}

@@ -235,22 +235,10 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::world::{Dims, Setup};
     use crate::wire::{EndReason, HostCodec, Record, SnapshotKind};
     use bytes::{Bytes, BytesMut};
 
-    fn world(seed: u32, step: u64) -> World {
-        let mut w = World::new(
-            Setup {
-                dims: Dims::Two,
-                bodies: 3,
-                seed,
-            },
-            None,
-        );
-        w.step = step;
-        w
-    }
+    use crate::reader::test_world as world;
 
     fn frames(ms: &[ToViewer]) -> Vec<u8> {
         let mut b = BytesMut::new();

@@ -164,12 +164,20 @@ async fn oldest(
     l: &mut Listed,
 ) -> Result<(), String> {
     let first = info.state.first_sequence;
-    let m = stream
-        .get_raw_message(first)
-        .await
-        .map_err(|e| format!("cannot read stream sequence {first}: {e}"))?;
+    let m = message(stream, first).await?;
     l.oldest_step = Some(step(&m.headers, &place(session, &m.subject, m.sequence))?);
     Ok(())
+}
+
+/// The stream's message at sequence `seq`.
+async fn message(
+    stream: &async_nats::jetstream::stream::Stream<()>,
+    seq: u64,
+) -> Result<async_nats::jetstream::message::StreamMessage, String> {
+    stream
+        .get_raw_message(seq)
+        .await
+        .map_err(|e| format!("cannot read stream sequence {seq}: {e}"))
 }
 
 /// The host's step after the last message, and the end when it is one.
@@ -180,10 +188,7 @@ async fn last(
     l: &mut Listed,
 ) -> Result<(), String> {
     let last = info.state.last_sequence;
-    let m = stream
-        .get_raw_message(last)
-        .await
-        .map_err(|e| format!("cannot read stream sequence {last}: {e}"))?;
+    let m = message(stream, last).await?;
     let at = place(session, &m.subject, m.sequence);
     let s = step(&m.headers, &at)?;
     l.host_step = Some(match session.leaf(&m.subject) {

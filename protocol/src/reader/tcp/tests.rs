@@ -1,24 +1,12 @@
 //! The TCP/TLS reader's rules, one at a time, on a simulated clock and buffer.
 
 use super::*;
-use crate::sim::world::{Dims, Setup};
 use crate::wire::{HostCodec, Record};
 use bytes::Bytes;
 
 const ADDR: &str = "127.0.0.1:7000";
 
-fn world(seed: u32, step: u64) -> World {
-    let mut w = World::new(
-        Setup {
-            dims: Dims::Two,
-            bodies: 3,
-            seed,
-        },
-        None,
-    );
-    w.step = step;
-    w
-}
+use crate::reader::test_world as world;
 
 fn welcome() -> Welcome {
     Welcome {
