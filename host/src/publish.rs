@@ -81,11 +81,15 @@ impl Options {
 /// Counters and state for the status line.
 #[derive(Debug, Default)]
 pub struct Counters {
-    /// Steps handed to NATS and acknowledged by the stream.
+    /// Steps handed to NATS and acknowledged by the stream: the records of acknowledged
+    /// messages.
     pub published: AtomicU64,
-    /// Steps dropped because the feed was full.
+    /// Steps dropped because the feed was full: records never handed to the publisher.
     pub dropped: AtomicU64,
-    /// Steps in publishes that failed or were not acknowledged.
+    /// Steps whose publish failed or was not acknowledged: the records of those messages,
+    /// each once. A keyframe or the end that fails holds no step and adds nothing (it
+    /// still asks for a keyframe), so published + dropped + failed never exceeds the
+    /// steps the host took.
     pub failed: AtomicU64,
     /// The client, once made: its connection state is the status line's.
     client: OnceLock<async_nats::Client>,
@@ -131,9 +135,10 @@ impl Counters {
         }
     }
 
-    /// Counts `steps` as failed; their message may not be on the stream.
-    fn fail(&self, steps: u64) {
-        self.failed.fetch_add(steps.max(1), Ordering::Relaxed);
+    /// Counts a message of `records` steps (0 for a keyframe or the end) as failed: it
+    /// may not be on the stream, so the next step gets a keyframe.
+    fn fail(&self, records: u64) {
+        self.failed.fetch_add(records, Ordering::Relaxed);
         self.want_key.store(true, Ordering::Relaxed);
     }
 }
@@ -171,7 +176,8 @@ impl Feed {
     }
 
     /// Hands the end over, waiting at most a second for room (a feed that stays full
-    /// means NATS is away: the end is then not published).
+    /// means NATS is away: the end is then not published; it holds no step, so no
+    /// counter counts it).
     pub fn end(&self, end: End) {
         let mut item = Item::End(end);
         for _ in 0..100 {
@@ -182,7 +188,7 @@ impl Feed {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        warn!("the publisher's feed stayed full: the end is not published to NATS");
     }
 }
 
@@ -686,5 +692,25 @@ mod tests {
         assert_eq!(acks.len(), 1);
         let mut next = std::pin::pin!(acks.take_next(&counters));
         assert!(next.as_mut().now_or_never().is_none());
+    }
+
+    #[test]
+    fn failed_counts_each_step_once_and_no_keyframe_or_end() {
+        // A server away: a message of two records fails, then the keyframe sent after
+        // the failure and the record of that keyframe's step fail too, then the end.
+        // Three steps failed, so failed is 3: not one more for the keyframe and the end.
+        let counters = Counters::default();
+        let mut acks = Acks::default();
+        let timed_out = || async { Err(PublishError::new(PublishErrorKind::TimedOut)) };
+        acks.push(2, timed_out());
+        acks.take_ready(&counters);
+        assert!(counters.want_key.swap(false, Ordering::SeqCst));
+        acks.push(0, timed_out()); // the keyframe
+        acks.push(1, timed_out());
+        acks.take_ready(&counters);
+        counters.fail(0); // the end, refused by the client
+        assert_eq!(counters.failed.load(Ordering::SeqCst), 3);
+        assert!(counters.want_key.load(Ordering::SeqCst));
+        assert_eq!(counters.published.load(Ordering::SeqCst), 0);
     }
 }

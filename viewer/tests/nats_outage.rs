@@ -205,6 +205,12 @@ fn outage(how: Outage, session: &str) -> Left {
     let dropped = counter(&end, "nats_dropped");
     let failed = counter(&end, "nats_failed");
     assert!(dropped >= 1000, "{last}");
+    // Each step is published, dropped or failed at most once (docs/fan-out.md): a failed
+    // keyframe or end is no step.
+    assert!(
+        counter(&end, "nats_published") + dropped + failed <= host_step,
+        "published + dropped + failed past the host's steps: {last}"
+    );
 
     let addr = format!("{url}/{session}");
     let out = viewer(&["attach", &addr, "--from-step", "0", "--json", "--no-bundle"]);
