@@ -12,7 +12,24 @@
 //!   for one more than `queue` behind, the end after the records owed), and the recent
 //!   worlds drift requests are answered from.
 
+/// Whether fault `$p` is planted in `$v` (a connection or ring with a `plant` field;
+/// never, without the `plants` feature: the branch is then not compiled in).
+#[cfg(feature = "plants")]
+macro_rules! host_planted {
+    ($v:expr, $p:ident) => {
+        $v.plant == Some($crate::session::Plant::$p)
+    };
+}
+#[cfg(not(feature = "plants"))]
+macro_rules! host_planted {
+    ($v:expr, $p:ident) => {
+        $crate::session::no_plant()
+    };
+}
+
 pub mod conn;
+#[cfg(any(test, feature = "plants"))]
+pub mod pair;
 pub mod ring;
 
 pub use conn::{Config, Conn, Event, Handed, Joined, Left, Request, Take, Transmit, Why};

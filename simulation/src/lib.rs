@@ -12,6 +12,9 @@
 //! choice — rates, delays, which fault and when — comes from the seed, so a run is a pure
 //! function of its seed and plant: its trace is the same byte for byte every time.
 //!
+//! Every seed also runs a pair session ([`run_pair`]): the host's real connection machine
+//! and fan-out ring against the real verifier, in memory (`ostm_protocol::serve::pair`).
+//!
 //! # Layout
 //! - [`host`]: the host's world, records, drift replies and NATS publication.
 //! - [`viewer`]: a viewer: its reader model, the verifier, its recording.
@@ -210,7 +213,16 @@ impl Sim {
     }
 }
 
-/// Runs one seed.
+/// Runs the seed's pair session: the host's real connection and rings against the real
+/// verifier, in memory ([`ostm_protocol::serve::pair::session`]), with the plant.
+pub fn run_pair(seed: u64, cfg: &Config) -> ostm_protocol::serve::pair::Outcome {
+    match cfg.plant {
+        Some(plant) => ostm_protocol::serve::pair::planted_session(seed, plant, cfg.trace),
+        None => ostm_protocol::serve::pair::session(seed, cfg.trace),
+    }
+}
+
+/// Runs one seed's session of a host and several viewers.
 pub fn run(seed: u64, cfg: &Config) -> Outcome {
     let mut rng = Sfc32::from_seed((seed as u32) ^ ((seed >> 32) as u32).rotate_left(7));
     let setup = Setup {

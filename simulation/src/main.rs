@@ -3,13 +3,14 @@
 
 use clap::Parser;
 use ostm_protocol::session::Plant;
-use ostm_simulation::{run, Config};
+use ostm_simulation::{run, run_pair, Config};
 use std::process::ExitCode;
 use std::time::Instant;
 
 /// A deterministic simulation of whole live sessions: a host, viewers over TCP and NATS,
-/// faults chosen by the seed, invariants checked all along. Each seed runs twice and must
-/// give the same trace (the determinism check).
+/// faults chosen by the seed, invariants checked all along; and for each seed a pair
+/// session, the host's real connection machine against the real verifier. Each runs
+/// twice and must give the same trace (the determinism check).
 #[derive(Parser, Debug)]
 #[command(
     name = "ostm-simulate",
@@ -120,17 +121,28 @@ fn main() -> ExitCode {
         let a = run(seed, &cfg);
         // The determinism check: the same seed again gives the same events.
         let b = run(seed, &cfg);
-        if a.digest != b.digest || a.violation != b.violation {
+        // The seed's pair session: the host's real connection against the verifier.
+        let pa = run_pair(seed, &cfg);
+        let pb = run_pair(seed, &cfg);
+        if a.digest != b.digest
+            || a.violation != b.violation
+            || pa.digest != pb.digest
+            || pa.violation != pb.violation
+        {
             nondeterministic += 1;
             println!("seed {seed}: not deterministic: two runs gave different events");
         }
         if args.trace {
             print!("{}", a.trace);
+            print!("{}", pa.trace);
         }
-        steps += a.steps;
+        steps += a.steps + pa.steps;
         faults += u64::from(a.faults);
-        verified += a.verified;
-        match a.violation {
+        verified += a.verified + pa.verified;
+        let violation = a
+            .violation
+            .or_else(|| pa.violation.map(|v| format!("pair session: {v}")));
+        match violation {
             None => passed += 1,
             Some(v) => {
                 failed += 1;

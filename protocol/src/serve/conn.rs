@@ -485,6 +485,8 @@ pub struct Conn {
     /// The peer closed its side, or reading failed: nothing more will be read.
     read_done: bool,
     events: VecDeque<Event>,
+    #[cfg(feature = "plants")]
+    plant: Option<crate::session::Plant>,
 }
 
 impl Conn {
@@ -524,7 +526,16 @@ impl Conn {
             lingering: None,
             read_done: false,
             events: VecDeque::new(),
+            #[cfg(feature = "plants")]
+            plant: None,
         }
+    }
+
+    /// Plants a fault (the simulation's `--plant`; see [`crate::session::Plant`]).
+    #[cfg(feature = "plants")]
+    #[doc(hidden)]
+    pub fn plant(&mut self, plant: crate::session::Plant) {
+        self.plant = Some(plant);
     }
 
     /// The viewer's id on the hub (once joined).
@@ -838,7 +849,9 @@ impl Conn {
     /// (appended to the vector [`Conn::take_buffer`] lent), the new position, and the
     /// host's step.
     pub fn handle_take(&mut self, take: Take, position: u64, host_step: u64) {
-        self.position = position;
+        if !host_planted!(self, TakeNoAdvance) {
+            self.position = position;
+        }
         match take {
             Take::Nothing => self.want = Want::Wait,
             Take::Records { after, more } => {
@@ -1044,6 +1057,9 @@ impl Conn {
                 }
                 if w.rearm {
                     self.heartbeat_at = Some(now.saturating_add(self.cfg.heartbeat_ms));
+                    if host_planted!(self, HeartbeatRearmsSilence) {
+                        self.silence_at = Some(now.saturating_add(self.cfg.silence_ms));
+                    }
                 }
             }
             Phase::Ending => {

@@ -33,6 +33,8 @@ pub struct Records {
     next: u64,
     buf: VecDeque<Queued>,
     queue: usize,
+    #[cfg(feature = "plants")]
+    plant: Option<crate::session::Plant>,
 }
 
 /// What a take found, with how far behind the host the connection was (for the host's
@@ -55,7 +57,16 @@ impl Records {
             // Grown as records come (the test-only unbounded queue is 2^40).
             buf: VecDeque::new(),
             queue,
+            #[cfg(feature = "plants")]
+            plant: None,
         }
+    }
+
+    /// Plants a fault (the simulation's `--plant`; see [`crate::session::Plant`]).
+    #[cfg(feature = "plants")]
+    #[doc(hidden)]
+    pub fn plant(&mut self, plant: crate::session::Plant) {
+        self.plant = Some(plant);
     }
 
     /// Records published so far: the position of the next one.
@@ -98,7 +109,7 @@ impl Records {
                 count: 0,
             };
         }
-        if behind == 0 {
+        if behind == 0 || (ended.is_some() && host_planted!(self, EndBeforeOwed)) {
             return nothing(match ended {
                 Some(end) => Take::Ended(end.clone()),
                 None => Take::Nothing,
@@ -159,6 +170,8 @@ struct Held {
 pub struct Worlds {
     ring: VecDeque<Held>,
     cap: usize,
+    #[cfg(feature = "plants")]
+    plant: Option<crate::session::Plant>,
 }
 
 /// What [`Worlds::held`] found for a drift request: copies made under the driver's lock,
@@ -203,7 +216,19 @@ impl Worlds {
     pub fn new(world: World, cap: usize) -> Worlds {
         let mut ring = VecDeque::with_capacity(cap.max(1) + 1);
         ring.push_back(Held { world, input: None });
-        Worlds { ring, cap }
+        Worlds {
+            ring,
+            cap,
+            #[cfg(feature = "plants")]
+            plant: None,
+        }
+    }
+
+    /// Plants a fault (the simulation's `--plant`; see [`crate::session::Plant`]).
+    #[cfg(feature = "plants")]
+    #[doc(hidden)]
+    pub fn plant(&mut self, plant: crate::session::Plant) {
+        self.plant = Some(plant);
     }
 
     /// The world at the host's step.
@@ -245,7 +270,12 @@ impl Worlds {
             });
         }
         let at = |s: u64| self.ring.get((s - first) as usize);
-        let world = at(step).map(|h| h.world.clone());
+        let from = if host_planted!(self, DriftFromWrongStep) && step > first {
+            step - 1
+        } else {
+            step
+        };
+        let world = at(from).map(|h| h.world.clone());
         let prev = step
             .checked_sub(1)
             .filter(|&s| s >= first)

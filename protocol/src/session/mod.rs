@@ -277,9 +277,10 @@ impl From<String> for Failure {
 }
 
 #[cfg(feature = "plants")]
-/// A fault planted in the verifier on purpose, so that the seeded simulation of whole
-/// sessions (`scripts/simulate --plant NAME`) can show it catches each one. Never set
-/// outside that simulation.
+/// A fault planted in the verifier, or in the host's connection and rings
+/// (`serve::conn::Conn`, `serve::ring`), on purpose, so that the seeded simulation
+/// (`scripts/simulate --plant NAME`) can show it catches each one. Never set outside that
+/// simulation.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plant {
@@ -298,12 +299,23 @@ pub enum Plant {
     /// The host's end, sent in place of a resync to a viewer behind its step, is taken
     /// as if the viewer's world had reached the host's step (no open gap).
     OkAtEndBehind,
+    /// The host's connection: a heartbeat it sends re-arms the viewer's silence timeout
+    /// (a viewer that went silent is never judged so while the host sends heartbeats).
+    HeartbeatRearmsSilence,
+    /// The host's ring: once the stream has ended, the end is handed to a connection in
+    /// place of the records it is still owed.
+    EndBeforeOwed,
+    /// The host's connection: its position is not advanced past the records it took (it
+    /// takes them again).
+    TakeNoAdvance,
+    /// The host's drift ring: the reply for a step holds the world of the step before.
+    DriftFromWrongStep,
 }
 
 #[cfg(feature = "plants")]
 impl Plant {
     /// Every plant, with its name on the command line.
-    pub const ALL: [(Plant, &'static str); 7] = [
+    pub const ALL: [(Plant, &'static str); 11] = [
         (Plant::AcceptDuplicate, "accept-duplicate"),
         (Plant::SkipGapCheck, "skip-gap-check"),
         (Plant::RecordBeforeVerify, "record-before-verify"),
@@ -311,6 +323,10 @@ impl Plant {
         (Plant::AcceptForeignKeyframe, "accept-foreign-keyframe"),
         (Plant::OkWithOpenGap, "ok-with-open-gap"),
         (Plant::OkAtEndBehind, "ok-at-end-behind"),
+        (Plant::HeartbeatRearmsSilence, "heartbeat-rearms-silence"),
+        (Plant::EndBeforeOwed, "end-before-owed"),
+        (Plant::TakeNoAdvance, "take-no-advance"),
+        (Plant::DriftFromWrongStep, "drift-from-wrong-step"),
     ];
 }
 
