@@ -107,12 +107,22 @@ enum Command {
 /// or glyph about fonts (`render` says it once itself: [`crate::render::png`]).
 pub const DEFAULT_LOG: &str = "warn,ostm_viewer::session=info,usvg=error";
 
+/// [`DEFAULT_LOG`] for a person at a terminal: text logs whose stderr and stdout are the
+/// same screen would repeat each session line the command prints, so the session's events
+/// are logged from `warn` there too (`RUST_LOG=ostm_viewer::session=info` brings them back).
+pub const TERMINAL_LOG: &str = "warn,usvg=error";
+
 /// Logs to stderr through `tracing` (text or JSON: `--log-format`), filtered by
-/// `RUST_LOG` (default [`DEFAULT_LOG`]); colours only when stderr is a terminal, so
-/// redirected logs hold no escape codes; held while the terminal view has the screen
-/// ([`tui::logs`]).
+/// `RUST_LOG` (default [`DEFAULT_LOG`], or [`TERMINAL_LOG`] for text when stdout and
+/// stderr are both terminals); colours only when stderr is a terminal, so redirected logs
+/// hold no escape codes; held while the terminal view has the screen ([`tui::logs`]).
 fn init_logging(format: ostm_runtime::logging::LogFormat) {
-    ostm_runtime::logging::init(DEFAULT_LOG, format, tui::logs::Stderr);
+    use std::io::IsTerminal;
+    let on_screen = format == ostm_runtime::logging::LogFormat::Text
+        && std::io::stdout().is_terminal()
+        && std::io::stderr().is_terminal();
+    let default = if on_screen { TERMINAL_LOG } else { DEFAULT_LOG };
+    ostm_runtime::logging::init(default, format, tui::logs::Stderr);
 }
 
 fn main() -> ExitCode {

@@ -350,3 +350,40 @@ fn the_viewer_logs_a_drift() {
         host.interrupt();
     }
 }
+
+/// A person watching `attach` on a terminal sees each session line once: with stdout and
+/// stderr both the pane, the text log leaves out the session's `info` events (each would
+/// repeat the line just printed); the same run with stderr to a file logs them.
+#[test]
+fn a_terminal_shows_each_session_line_once_and_a_redirected_stderr_has_the_events() {
+    let host = Host::start(&["--rate", "300", "--steps", "600", "--status-ms", "0"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let viewer = viewer_bin();
+    let script = d.join("run.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "'{v}' attach {a} --steps 200; echo \"rc=$?\"\n\
+             '{v}' attach {a} --steps 200 2>'{log}'; echo \"rc2=$?\"\nsleep 600\n",
+            v = viewer.display(),
+            a = host.addr,
+            log = d.join("stderr.log").display(),
+        ),
+    )
+    .expect("script");
+    let tmux = live_support::tmux::Tmux::start(d, 200, 50, &script);
+    let screen = tmux.wait_for("both runs' exit codes", |s| s.contains("rc2="));
+    assert!(
+        screen.contains("rc=0") && screen.contains("rc2=0"),
+        "{screen}"
+    );
+    // The first run's session lines, each once: no log line repeats them.
+    assert_eq!(screen.matches("attached to ").count(), 2, "{screen}");
+    assert!(!screen.contains("ostm_viewer::session"), "{screen}");
+    // The second run's stderr, a file: the session's events as log lines.
+    let log = std::fs::read_to_string(d.join("stderr.log")).expect("stderr.log");
+    for event in ["event=\"attached\"", "event=\"end\""] {
+        assert!(log.contains(event), "{event} in:\n{log}");
+    }
+}
