@@ -121,6 +121,8 @@ pub struct AttachArgs {
     /// would pass it, the viewer drops the connection, verifies what it holds, and joins
     /// the host again at its step, as after a lost connection: the steps between are a
     /// gap, reported and counted, and a recording continues in the next numbered file.
+    /// On NATS it drops records until it has verified what it holds and the stream's next
+    /// keyframe comes: the same gap.
     #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = spooling::parse_size)]
     pub spool_max: u64,
     /// Test only: hold at most this many bytes of records in memory (8M by default).

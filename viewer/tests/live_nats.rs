@@ -878,3 +878,56 @@ fn no_session_no_keyframe_and_none_at_or_before_the_step_are_said_as_the_doc_say
         );
     }
 }
+
+/// A viewer on NATS whose verifier trails a fast host (a test throttle) with a small spool
+/// bound: when a record would take the spool's file past `--spool-max`, the viewer drops
+/// records until the verifier has taken what the file holds and the stream's next
+/// keyframe comes, which closes a gap named by the bound: no failure (exit 0), as over
+/// TCP. Before, reaching the bound on NATS ended the session with an error (exit 2).
+#[test]
+fn a_spool_bound_reached_on_nats_is_a_named_gap_not_a_failure() {
+    let nats = Nats::start();
+    let mut host = publishing_host(&nats, "bound", "20000", &[]);
+    host.wait_status(|v| v["nats_published"].as_u64().unwrap_or(0) >= 100);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("{}/bound", nats.url());
+    let out = viewer(&[
+        "attach",
+        &addr,
+        "--json",
+        "--spool-dir",
+        dir.path().to_str().unwrap(),
+        "--throttle",
+        "4000",
+        "--spool-memory",
+        "16K",
+        "--spool-max",
+        "64K",
+        "--steps",
+        "8000",
+    ]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
+    let end = json(text.lines().last().unwrap());
+    assert_eq!(end["verdict"], "ok", "{end}");
+    let gaps = end["gaps"].as_array().unwrap();
+    let bound = gaps
+        .iter()
+        .find(|g| {
+            g["why"].as_str().unwrap_or("").contains(
+                "spool of records not yet verified reached --spool-max 64.0 KiB (65536 bytes)",
+            )
+        })
+        .unwrap_or_else(|| panic!("a gap named by the spool's bound: {end}"));
+    let why = bound["why"].as_str().unwrap();
+    assert!(
+        why.contains(&dir.path().display().to_string())
+            && why.contains("continuing from the stream OSTM_bound's keyframe at step"),
+        "{why}"
+    );
+    assert!(
+        bound["to"].as_u64().unwrap() > bound["from"].as_u64().unwrap(),
+        "{bound}"
+    );
+    assert!(end["backlog_peak_on_disk"].as_u64().unwrap() > 0, "{end}");
+}

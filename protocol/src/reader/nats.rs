@@ -53,6 +53,11 @@ pub struct Reader {
     woke: Millis,
     host_step: u64,
     done: bool,
+    /// The spool's bound was reached (its sentence): records are dropped until a keyframe
+    /// taken once the spool has room again closes the gap.
+    spool_full: Option<String>,
+    /// The spool has no room yet: keyframes do not close the gap.
+    draining: bool,
     events: VecDeque<Event>,
 }
 
@@ -70,6 +75,8 @@ impl Reader {
             heard: now,
             woke: now,
             done: false,
+            spool_full: None,
+            draining: false,
             events: VecDeque::new(),
         }
     }
@@ -94,6 +101,33 @@ impl Reader {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         (!self.done).then(|| self.woke.saturating_add(RESUME_AFTER_MS))
+    }
+
+    /// The spool refused what was delivered last (its bound, `--spool-max`, reached:
+    /// `why`, its sentence): what it did not take is dropped, and so is every record until
+    /// the spool has room again ([`Reader::handle_spool_drained`]) and a keyframe comes,
+    /// which closes the gap (docs/protocol.md, "The spool's file"). A notice says so.
+    pub fn handle_spool_full(&mut self, why: String) {
+        if self.done {
+            return;
+        }
+        self.events.retain(|e| !matches!(e, Event::Deliver(_)));
+        self.deliver(Arrival::Missing {
+            why: format!("{why}; dropping records until the stream's next keyframe"),
+        });
+        self.spool_full = Some(why);
+        self.draining = true;
+    }
+
+    /// The spool has room again after [`Reader::handle_spool_full`]: the next keyframe
+    /// closes the gap.
+    pub fn handle_spool_drained(&mut self) {
+        self.draining = false;
+    }
+
+    /// Waiting for the spool to have room again after [`Reader::handle_spool_full`].
+    pub fn is_draining(&self) -> bool {
+        self.spool_full.is_some() && self.draining
     }
 
     /// The driver did something else (passed a drift request on, met a read error): the
@@ -178,6 +212,23 @@ impl Reader {
             return Err(another_world(place));
         }
         self.host_step = self.host_step.max(world.step);
+        if let Some(full) = &self.spool_full {
+            if !self.draining && world.step >= self.follow.next() {
+                let why = format!(
+                    "{full}; continuing from the stream {}'s keyframe at step {}",
+                    self.session.stream(),
+                    world.step
+                );
+                self.spool_full = None;
+                self.follow = Follow::new(world.step);
+                self.deliver(Arrival::Gap {
+                    to: world.step,
+                    world: Some(world),
+                    why,
+                });
+            }
+            return Ok(());
+        }
         if let Some(from) = self.follow.keyframe(world.step) {
             let why = format!(
                 "steps {from}..{} are not on the stream {}; continuing from its keyframe at step {}",
@@ -202,6 +253,9 @@ impl Reader {
                 return Err(not_a_record(place, at, &m));
             };
             self.host_step = self.host_step.max(r.step.saturating_add(1));
+            if self.spool_full.is_some() {
+                continue;
+            }
             match self.follow.record(r.step) {
                 Take::Verify => self.deliver(Arrival::Record(r)),
                 Take::Missing => {
@@ -218,6 +272,20 @@ impl Reader {
     /// The stream ends (at the host's step `host_step`) or is lost (0) with steps heard of
     /// past the viewer's: they are a gap no keyframe closed.
     fn open_gap(&mut self, host_step: u64, when: &str) {
+        if let Some(full) = self.spool_full.take() {
+            // Records were dropped from a step the verifier knows: the gap runs to the
+            // last step heard of, whatever the follower took before the bound.
+            let to = self.host_step.max(host_step);
+            self.deliver(Arrival::Gap {
+                to,
+                world: None,
+                why: format!(
+                    "{full}; the stream {} had no keyframe {when}",
+                    self.session.stream()
+                ),
+            });
+            return;
+        }
         if let Some((from, to)) = self.follow.open_gap(host_step) {
             let why = format!(
                 "steps {from}..{to} are not on the stream {} {when}",
@@ -314,6 +382,52 @@ mod tests {
             ]
         );
         assert_eq!(r.host_step(), 20);
+    }
+
+    #[test]
+    fn a_full_spool_drops_records_until_a_keyframe_after_it_drained() {
+        let mut r = reader();
+        let rec = Session::new("demo").unwrap().records();
+        let keys = Session::new("demo").unwrap().keyframes();
+        assert_eq!(r.handle_message(1, &rec, 6, &recs(10..12)), Ok(None));
+        drain(&mut r);
+        // The spool refused those: records and keyframes are dropped while it has no room.
+        r.handle_spool_full("full".into());
+        assert!(r.is_draining());
+        assert_eq!(r.handle_message(2, &rec, 7, &recs(12..20)), Ok(None));
+        assert_eq!(r.handle_message(3, &keys, 8, &key(world(1, 20))), Ok(None));
+        assert_eq!(r.handle_message(4, &rec, 9, &recs(20..30)), Ok(None));
+        assert_eq!(drain(&mut r), ["missing"]);
+        // Room again: the next keyframe closes the gap, named by the bound; records follow.
+        r.handle_spool_drained();
+        assert_eq!(r.handle_message(5, &rec, 10, &recs(30..40)), Ok(None));
+        assert_eq!(r.handle_message(6, &keys, 11, &key(world(1, 40))), Ok(None));
+        assert_eq!(r.handle_message(7, &rec, 12, &recs(40..41)), Ok(None));
+        assert_eq!(
+            drain(&mut r),
+            [
+                "gap to 40 (keyframe): full; continuing from the stream OSTM_demo's keyframe at step 40",
+                "record 40"
+            ]
+        );
+        // Full again, and the end comes first: the gap stays open to the end's step.
+        r.handle_spool_full("full".into());
+        assert_eq!(r.handle_message(8, &rec, 13, &recs(41..45)), Ok(None));
+        let end = Session::new("demo").unwrap().end();
+        let msg = frames(&[ToViewer::End(End {
+            reason: EndReason::Finished,
+            text: "done".into(),
+            host_step: 50,
+        })]);
+        assert!(r.handle_message(9, &end, 14, &msg).unwrap().is_some());
+        assert_eq!(
+            drain(&mut r),
+            [
+                "missing",
+                "gap to 50: full; the stream OSTM_demo had no keyframe before its end",
+                "end 50"
+            ]
+        );
     }
 
     #[test]

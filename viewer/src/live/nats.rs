@@ -9,7 +9,7 @@
 //! step number; a record past the next step is a gap, closed by the next keyframe.
 
 use super::shared::{Ended, Shared};
-use super::spool::{Item, Spool};
+use super::spool::{Full, Item, Spool};
 use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
 use futures::StreamExt;
 use ostm_protocol::reader::nats;
@@ -375,7 +375,7 @@ async fn read_on(
         }
         shared.host_step.fetch_max(m.host_step(), Ordering::Relaxed);
         // What was whole and valid goes to the verifier, also before a refusal.
-        if let Err(e) = spool.push_all(&mut batch) {
+        if let Err(e) = push(spool, &mut m, &mut batch) {
             return Ended::Broken(Lost::Spool(e));
         }
         match taken {
@@ -392,6 +392,29 @@ async fn read_on(
             Err(e) => return Ended::Broken(Lost::Refused(e)),
         }
     }
+}
+
+/// Hands `batch` to the spool. Its bound reached (`--spool-max`) is a gap, not a failure:
+/// the reader drops records until the spool has room again and a keyframe comes, and its
+/// notice goes to the verifier (memory holds it).
+fn push(spool: &Spool, m: &mut nats::Reader, batch: &mut Vec<Item>) -> std::io::Result<()> {
+    match spool.push_all(batch) {
+        Err(e) if Full::is(&e) => {
+            batch.clear();
+            m.handle_spool_full(e.to_string());
+            while let Some(e) = m.poll_event() {
+                if let nats::Event::Deliver(a) = e {
+                    batch.push(a);
+                }
+            }
+            spool.push_all(batch)?;
+        }
+        r => r?,
+    }
+    if m.is_draining() && spool.disk_drained() {
+        m.handle_spool_drained();
+    }
+    Ok(())
 }
 
 /// The last keyframe at or before `step`, read through the keyframes in order.
