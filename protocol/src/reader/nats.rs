@@ -109,6 +109,18 @@ impl Reader {
     /// which closes the gap (docs/protocol.md, "The spool's file"). A notice says so.
     pub fn handle_spool_full(&mut self, why: String) {
         if self.done {
+            // The end came with what the spool refused: the gap stays open to its step
+            // (the driver hands the end over after it).
+            let why = format!(
+                "{why}; the stream {} had no keyframe before its end",
+                self.session.stream()
+            );
+            let to = self.host_step;
+            self.deliver(Arrival::Gap {
+                to,
+                world: None,
+                why,
+            });
             return;
         }
         self.events.retain(|e| !matches!(e, Event::Deliver(_)));
@@ -410,6 +422,25 @@ mod tests {
                 "record 40"
             ]
         );
+        // The end in the same batch as what the spool refused: the gap stays open to it.
+        let mut r = reader();
+        let end = Session::new("demo").unwrap().end();
+        let msg = frames(&[ToViewer::End(End {
+            reason: EndReason::Finished,
+            text: "done".into(),
+            host_step: 30,
+        })]);
+        assert_eq!(r.handle_message(1, &rec, 6, &recs(10..30)), Ok(None));
+        assert!(r.handle_message(2, &end, 7, &msg).unwrap().is_some());
+        drain(&mut r);
+        r.handle_spool_full("full".into());
+        assert_eq!(
+            drain(&mut r),
+            ["gap to 30: full; the stream OSTM_demo had no keyframe before its end"]
+        );
+        let mut r = reader();
+        assert_eq!(r.handle_message(1, &rec, 6, &recs(10..12)), Ok(None));
+        drain(&mut r);
         // Full again, and the end comes first: the gap stays open to the end's step.
         r.handle_spool_full("full".into());
         assert_eq!(r.handle_message(8, &rec, 13, &recs(41..45)), Ok(None));

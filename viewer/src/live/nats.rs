@@ -398,6 +398,11 @@ async fn read_on(
 /// the reader drops records until the spool has room again and a keyframe comes, and its
 /// notice goes to the verifier (memory holds it).
 fn push(spool: &Spool, m: &mut nats::Reader, batch: &mut Vec<Item>) -> std::io::Result<()> {
+    // The end (last when it came) is kept whatever the spool refuses before it.
+    let end = match batch.last() {
+        Some(Item::End(_)) => batch.pop(),
+        _ => None,
+    };
     match spool.push_all(batch) {
         Err(e) if Full::is(&e) => {
             batch.clear();
@@ -407,10 +412,11 @@ fn push(spool: &Spool, m: &mut nats::Reader, batch: &mut Vec<Item>) -> std::io::
                     batch.push(a);
                 }
             }
-            spool.push_all(batch)?;
         }
         r => r?,
     }
+    batch.extend(end);
+    spool.push_all(batch)?;
     if m.is_draining() && spool.disk_drained() {
         m.handle_spool_drained();
     }
