@@ -1447,7 +1447,8 @@ pub fn tcp_reader(data: &[u8]) {
 /// subject (this world or another, at the host's step), its end subject, another subject,
 /// or the fuzzer's own bytes as a payload on any of them; delivered at the next stream
 /// sequence, again (a new consumer's), or with none; the clock moved on by up to 20 s
-/// (late) or not at all (early); the driver waking. Whatever the order: no panic; records
+/// (late) or not at all (early); the driver waking; the spool full (`--spool-max`) or
+/// drained again. Whatever the order: no panic; records
 /// are delivered in step order, once each, from the join or from the keyframe that closed
 /// a gap; nothing follows the end, a refusal or the silence; a refusal names an offset
 /// within its payload.
@@ -1553,6 +1554,15 @@ pub fn nats_reader(data: &[u8]) {
             5 => {
                 now += u64::from(arg) * 1_300;
                 r.handle_timeout(now);
+                continue;
+            }
+            6 if arg >= 12 => {
+                // The spool refused what was handed over (`--spool-max`), or has room again.
+                if arg & 1 == 0 {
+                    r.handle_spool_full("the spool is full".into());
+                } else {
+                    r.handle_spool_drained();
+                }
                 continue;
             }
             6 => {

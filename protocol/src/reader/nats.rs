@@ -52,7 +52,10 @@ pub struct Reader {
     /// When the driver last looked (a message, a request, the resume timer).
     woke: Millis,
     host_step: u64,
+    /// Stopped: the end taken, a refusal, or silence; nothing follows.
     done: bool,
+    /// The end was taken (a spool that refused what came with it still opens its gap).
+    ended: bool,
     /// The spool's bound was reached (its sentence): records are dropped until a keyframe
     /// taken once the spool has room again closes the gap.
     spool_full: Option<String>,
@@ -75,6 +78,7 @@ impl Reader {
             heard: now,
             woke: now,
             done: false,
+            ended: false,
             spool_full: None,
             draining: false,
             events: VecDeque::new(),
@@ -108,7 +112,11 @@ impl Reader {
     /// the spool has room again ([`Reader::handle_spool_drained`]) and a keyframe comes,
     /// which closes the gap (docs/protocol.md, "The spool's file"). A notice says so.
     pub fn handle_spool_full(&mut self, why: String) {
-        if self.done {
+        if self.done && !self.ended {
+            // Stopped by silence or a refusal: nothing follows.
+            return;
+        }
+        if self.ended {
             // The end came with what the spool refused: the gap stays open to its step
             // (the driver hands the end over after it).
             let why = format!(
@@ -206,6 +214,7 @@ impl Reader {
             Leaf::Keyframes => self.keyframe(place, payload).map(|()| None),
             Leaf::End => {
                 let end = wire::end(place, payload)?;
+                self.ended = true;
                 self.open_gap(end.host_step, "before its end");
                 self.deliver(Arrival::End(end.clone()));
                 Ok(Some(end))
