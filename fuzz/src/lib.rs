@@ -979,6 +979,33 @@ pub fn session(data: &[u8]) {
 // ---------------------------------------------------------------------------------------
 // The host's connection
 
+/// A refusal's `at offset N`, if it names one, lies within the `sent` bytes.
+fn check_offset(text: &str, sent: u64) {
+    if let Some(at) = text.split("at offset ").nth(1) {
+        let n: u64 = at
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|d| d.parse().ok())
+            .expect("an offset is a number");
+        assert!(n <= sent, "offset {n} past the {sent} bytes sent: {text}");
+    }
+}
+
+/// A small 2D world of three bodies from `seed`, at `step`: what the readers' targets
+/// attach to and refuse as another world.
+fn small_world(seed: u32, step: u64) -> World {
+    let mut w = World::new(
+        ostm_protocol::Setup {
+            dims: ostm_protocol::Dims::Two,
+            bodies: 3,
+            seed,
+        },
+        None,
+    );
+    w.step = step;
+    w
+}
+
 /// The host's sans-IO connection (`ostm_protocol::serve::Conn`) driven by hostile bytes
 /// and hostile timings: byte 0 chooses a token and whether a valid hello comes first; then
 /// each byte is one event: bytes from the viewer (the next 1 to 16 of the input, so the
@@ -1057,16 +1084,6 @@ pub fn host_conn(data: &[u8]) {
     let mut end_seen = false;
     let mut writing: Option<Vec<ostm_protocol::wire::EncodedFrame>> = None;
     let mut joined = false;
-    let check_offset = |text: &str, sent: u64| {
-        if let Some(at) = text.split("at offset ").nth(1) {
-            let n: u64 = at
-                .split(|c: char| !c.is_ascii_digit())
-                .next()
-                .and_then(|d| d.parse().ok())
-                .expect("an offset is a number");
-            assert!(n <= sent, "offset {n} past the {sent} bytes sent: {text}");
-        }
-    };
     for _ in 0..2_000 {
         // Requests and events, answered at once.
         for _ in 0..64 {
@@ -1262,7 +1279,6 @@ pub fn tcp_reader(data: &[u8]) {
         DriftReply, DriftStatus, End, EndReason, HostCodec, PeerRole, Record, SnapshotKind,
         ToViewer, Welcome, VERSION,
     };
-    use ostm_protocol::{Dims, Setup};
 
     let Some((&head, mut rest)) = data.split_first() else {
         return;
@@ -1276,18 +1292,7 @@ pub fn tcp_reader(data: &[u8]) {
     };
     let mut now: u64 = 0;
     let mut r = Reader::new(cfg, now);
-    let world = |seed: u32, step: u64| {
-        let mut w = World::new(
-            Setup {
-                dims: Dims::Two,
-                bodies: 3,
-                seed,
-            },
-            None,
-        );
-        w.step = step;
-        w
-    };
+    let world = small_world;
     // The host's side: what it has queued, and what it has sent on this connection.
     let mut queued = BytesMut::new();
     let mut sent: u64 = 0;
@@ -1298,14 +1303,7 @@ pub fn tcp_reader(data: &[u8]) {
     let mut stopped = false;
     let check = |why: &str, sent: u64| {
         assert!(!why.is_empty(), "a refusal without a sentence");
-        if let Some(at) = why.split("at offset ").nth(1) {
-            let n: u64 = at
-                .split(|c: char| !c.is_ascii_digit())
-                .next()
-                .and_then(|d| d.parse().ok())
-                .expect("an offset is a number");
-            assert!(n <= sent, "offset {n} past the {sent} bytes sent: {why}");
-        }
+        check_offset(why, sent);
     };
     for _ in 0..4_000 {
         while let Some(e) = r.poll_event() {
@@ -1457,20 +1455,8 @@ pub fn nats_reader(data: &[u8]) {
     use ostm_protocol::reader::Arrival;
     use ostm_protocol::wire::nats::Session;
     use ostm_protocol::wire::{End, EndReason, HostCodec, Record, SnapshotKind, ToViewer};
-    use ostm_protocol::{Dims, Setup};
 
-    let world = |seed: u32, step: u64| {
-        let mut w = World::new(
-            Setup {
-                dims: Dims::Two,
-                bodies: 3,
-                seed,
-            },
-            None,
-        );
-        w.step = step;
-        w
-    };
+    let world = small_world;
     let session = Session::new("demo").expect("a session name");
     let subjects = [
         session.records(),
