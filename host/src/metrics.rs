@@ -178,8 +178,8 @@ impl Collector for HostMetrics {
                 get(&c.recorded),
             )?;
         }
-        if let Some(n) = &self.nats {
-            let state = n.state();
+        if let Some(nats) = &self.nats {
+            let (state, n) = (nats.state(), nats.counts());
             gauge(
                 &mut e,
                 "ostm_host_nats_up",
@@ -196,19 +196,19 @@ impl Collector for HostMetrics {
                 &mut e,
                 "ostm_host_nats_published",
                 "Steps published to NATS and acknowledged by the stream",
-                get(&n.published),
+                n.published,
             )?;
             counter(
                 &mut e,
                 "ostm_host_nats_dropped",
                 "Steps dropped before NATS because the publisher's feed was full",
-                get(&n.dropped),
+                n.dropped,
             )?;
             counter(
                 &mut e,
                 "ostm_host_nats_failed",
                 "Steps in NATS publishes that failed or were not acknowledged",
-                get(&n.failed),
+                n.failed,
             )?;
         }
         Ok(())

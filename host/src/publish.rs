@@ -1,39 +1,33 @@
 //! Publishing the live stream to NATS JetStream (docs/fan-out.md): records, keyframes and
 //! the end on the subjects of one stream, and drift requests answered by request/reply.
-//! The names, ids, headers and limits are `ostm_protocol::wire::nats`'s.
 //!
-//! The stepping loop hands each step to [`Feed::record`] without ever waiting: the feed is
-//! a bounded channel, and a step that finds it full is dropped (counted) and followed by a
-//! keyframe once there is room again, so viewers close the gap there. A keyframe also
-//! follows a failed publish and a lost connection to the server, whose last messages may
-//! not have been stored. The publisher task talks to NATS at its own pace and reconnects
-//! through the client.
+//! The rules (the feed and its bound, keyframes, batches, message ids, acknowledgements
+//! awaited, the counters) are the machine's, `ostm_protocol::serve::publish::Publisher`;
+//! this file drives it. The stepping loop hands each step to it through [`Feed`] without
+//! ever waiting (the lock is held for one push); the publisher task moves its messages to
+//! the client and the client's acknowledgements, errors and lost connections back, and
+//! wakes for the machine's timer. Making the stream (and saying why a server refuses it)
+//! is the client's API and stays here.
 
 use crate::hub::Hub;
 use async_nats::jetstream::{
     self, context::CreateStreamErrorKind, message::PublishMessage, stream,
 };
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use ostm_protocol::wire::nats::{
-    self as names, MessageIds, Session, COUNT_HEADER, MAX_BATCH_BYTES, MAX_BATCH_RECORDS,
-    RATE_HEADER, STEP_HEADER,
-};
-use ostm_protocol::wire::{End, HostCodec, SnapshotKind, ToHost, ToViewer};
+use ostm_protocol::serve::publish::{self as machine, Publisher};
+use ostm_protocol::wire::nats::{self as names, Session};
+use ostm_protocol::wire::{End, HostCodec, ToHost, ToViewer};
 use ostm_protocol::World;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use tracing::{info, warn};
 
-/// Steps the feed holds while NATS is slow or away.
-pub const FEED_CAPACITY: usize = 65_536;
-/// Publish acknowledgements awaited at once at most.
-const IN_FLIGHT: usize = 1024;
 /// The default of `--retention-bytes`: small enough that many sessions share one server
 /// (the server sets aside each stream's `max_bytes` of its JetStream storage when it
 /// creates the stream), large enough for an hour at a viewer's pace.
@@ -78,28 +72,20 @@ impl Options {
     }
 }
 
-/// Counters and state for the status line.
-#[derive(Debug, Default)]
+/// What the stepping loop, the publisher task and the status line share: the machine,
+/// and the client's state.
+#[derive(Debug)]
 pub struct Counters {
-    /// Steps handed to NATS and acknowledged by the stream: the records of acknowledged
-    /// messages.
-    pub published: AtomicU64,
-    /// Steps dropped because the feed was full: records never handed to the publisher.
-    pub dropped: AtomicU64,
-    /// Steps whose publish failed or was not acknowledged: the records of those messages,
-    /// each once. A keyframe or the end that fails holds no step and adds nothing (it
-    /// still asks for a keyframe), so published + dropped + failed never exceeds the
-    /// steps the host took.
-    pub failed: AtomicU64,
+    /// The publisher's rules and counters, locked for one call at a time.
+    machine: Mutex<Publisher>,
+    /// Wakes the publisher task: the feed has something, or has closed.
+    wake: Notify,
     /// The client, once made: its connection state is the status line's.
     client: OnceLock<async_nats::Client>,
     /// The stream exists with the session's subjects.
     stream_ready: AtomicBool,
     /// Why the server refused the stream, while it does.
     refused: Mutex<Option<String>>,
-    /// Messages may have been lost (a publish failed, the connection dropped): the next
-    /// step gets a keyframe.
-    want_key: AtomicBool,
 }
 
 /// What the status line says of NATS.
@@ -114,6 +100,34 @@ pub enum State {
 }
 
 impl Counters {
+    /// The machine for `opts`, with this run's token in its message ids.
+    pub fn new(opts: &Options) -> Counters {
+        Counters {
+            machine: Mutex::new(Publisher::new(machine::Config::new(
+                opts.session.clone(),
+                run_token(),
+                opts.keyframe_every,
+                opts.rate,
+            ))),
+            wake: Notify::new(),
+            client: OnceLock::new(),
+            stream_ready: AtomicBool::new(false),
+            refused: Mutex::new(None),
+        }
+    }
+
+    /// The machine, for one call (a panic elsewhere while it was held leaves it usable:
+    /// every call leaves it whole).
+    fn machine(&self) -> MutexGuard<'_, Publisher> {
+        self.machine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Steps published, dropped and failed (docs/fan-out.md, "Failed publishes are not
+    /// repeated").
+    pub fn counts(&self) -> machine::Counts {
+        self.machine().counts()
+    }
+
     pub fn state(&self) -> State {
         if let Some(why) = self.refused.lock().ok().and_then(|r| r.clone()) {
             return State::Refused(why);
@@ -134,57 +148,28 @@ impl Counters {
             *r = why;
         }
     }
-
-    /// Counts a message of `records` steps (0 for a keyframe or the end) as failed: it
-    /// may not be on the stream, so the next step gets a keyframe.
-    fn fail(&self, records: u64) {
-        self.failed.fetch_add(records, Ordering::Relaxed);
-        self.want_key.store(true, Ordering::Relaxed);
-    }
-}
-
-/// One thing to publish.
-enum Item {
-    Record { step: u64, frame: Bytes },
-    Key { world: World },
-    End(End),
 }
 
 /// The stepping loop's side of the publisher.
 pub struct Feed {
-    tx: mpsc::Sender<Item>,
-    every: u64,
-    need_key: bool,
-    pub counters: Arc<Counters>,
+    shared: Arc<Counters>,
 }
 
 impl Feed {
-    /// Before the step from `world`: hands a keyframe of it over when one is due (every
-    /// `--keyframe-every` steps, at the start, after a dropped step, after a failed
-    /// publish or a lost connection). Never waits.
+    /// Before the step from `world`: its keyframe goes into the feed when one is due.
+    /// Never waits.
     pub fn before_step(&mut self, world: &World) {
-        let lost = self.counters.want_key.load(Ordering::Relaxed)
-            && self.counters.want_key.swap(false, Ordering::Relaxed);
-        if self.need_key || lost || world.step.is_multiple_of(self.every) {
-            self.need_key = self
-                .tx
-                .try_send(Item::Key {
-                    world: world.clone(),
-                })
-                .is_err();
-        }
+        self.shared.machine().handle_before_step(world);
     }
 
     /// Hands the end over, waiting at most a second for room (a feed that stays full
     /// means NATS is away: the end is then not published; it holds no step, so no
     /// counter counts it).
     pub fn end(&self, end: End) {
-        let mut item = Item::End(end);
         for _ in 0..100 {
-            match self.tx.try_send(item) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(back)) => item = back,
-                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            if self.shared.machine().handle_end(end.clone()) {
+                self.shared.wake.notify_one();
+                return;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -192,31 +177,25 @@ impl Feed {
     }
 }
 
+impl Drop for Feed {
+    /// Nothing more comes: the publisher task ends once the feed is published.
+    fn drop(&mut self) {
+        self.shared.machine().handle_feed_closed();
+        self.shared.wake.notify_one();
+    }
+}
+
 /// Where the stepping loop hands each step's record frame: the feed, or a test's probe.
 pub trait Records {
     /// Hands the record of step `step` over (its frame). Never waits.
-    fn record(&mut self, step: u64, frame: &Bytes);
+    fn record(&mut self, step: u64, frame: &bytes::Bytes);
 }
 
 impl Records for Feed {
     /// A full feed drops the record and asks for a keyframe at the next step.
-    fn record(&mut self, step: u64, frame: &Bytes) {
-        if self.need_key {
-            // The keyframe this record needs did not fit: the record is no use without it.
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if self
-            .tx
-            .try_send(Item::Record {
-                step,
-                frame: frame.clone(),
-            })
-            .is_err()
-        {
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            self.need_key = true;
-        }
+    fn record(&mut self, step: u64, frame: &bytes::Bytes) {
+        self.shared.machine().handle_record(step, frame.clone());
+        self.shared.wake.notify_one();
     }
 }
 
@@ -246,7 +225,7 @@ async fn connect_options(
             let c = c.clone();
             async move {
                 if matches!(ev, async_nats::Event::Disconnected) {
-                    c.want_key.store(true, Ordering::Relaxed);
+                    c.machine().handle_disconnected();
                 }
             }
         }))
@@ -357,14 +336,10 @@ pub fn start(
     hub: Arc<Hub>,
     stop: tokio_util::sync::CancellationToken,
 ) -> (Feed, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = mpsc::channel(FEED_CAPACITY);
     let feed = Feed {
-        tx,
-        every: opts.keyframe_every.max(1),
-        need_key: true,
-        counters: counters.clone(),
+        shared: counters.clone(),
     };
-    let task = tokio::spawn(run(opts, prepared, hub, rx, counters, stop));
+    let task = tokio::spawn(run(opts, prepared, hub, counters, stop));
     (feed, task)
 }
 
@@ -436,115 +411,100 @@ async fn run(
     opts: Options,
     prepared: Prepared,
     hub: Arc<Hub>,
-    mut rx: mpsc::Receiver<Item>,
-    counters: Arc<Counters>,
+    shared: Arc<Counters>,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let Some((client, ready)) = client(&opts, prepared, &counters).await else {
+    let Some((client, ready)) = client(&opts, prepared, &shared).await else {
         return;
     };
     let js = jetstream::new(client.clone());
-    if !ready && !keep_making_stream(&js, &opts, &counters, &stop).await {
+    if !ready && !keep_making_stream(&js, &opts, &shared, &stop).await {
         return;
     }
-    let session = opts.session.clone();
-    info!(stream = %session.stream(), "publishing to NATS");
-    tokio::spawn(answer_drift(client.clone(), session.drift(), hub));
-    let ids = MessageIds::new(run_token());
+    info!(stream = %opts.session.stream(), "publishing to NATS");
+    tokio::spawn(answer_drift(client.clone(), opts.session.drift(), hub));
+    let clock = Clock(tokio::time::Instant::now());
     let mut acks = Acks::default();
-    let mut batch = BytesMut::new();
-    let mut pending: Option<Item> = None;
     loop {
-        let first = match pending.take() {
-            Some(i) => i,
-            None => tokio::select! {
-                i = rx.recv() => match i { Some(i) => i, None => break },
-                _ = acks.take_next(&counters), if !acks.is_empty() => continue,
-                _ = stop.cancelled() => break,
-            },
-        };
-        let mut headers = async_nats::HeaderMap::new();
-        let (subject, id, step, count, payload) = match first {
-            Item::Record { step, frame } => {
-                // Records waiting now go in one message, while they fit.
-                batch.clear();
-                batch.extend_from_slice(&frame);
-                let mut count = 1u64;
-                while count < MAX_BATCH_RECORDS {
-                    match rx.try_recv() {
-                        Ok(Item::Record { step: s, frame: f })
-                            if s == step + count && batch.len() + f.len() <= MAX_BATCH_BYTES =>
-                        {
-                            batch.extend_from_slice(&f);
-                            count += 1;
-                        }
-                        Ok(other) => {
-                            pending = Some(other);
-                            break;
-                        }
-                        Err(_) => break,
-                    }
-                }
-                headers.insert(COUNT_HEADER, count.to_string().as_str());
-                (
-                    session.records(),
-                    ids.records(step),
-                    step,
-                    count,
-                    batch.split().freeze(),
-                )
+        // Everything the machine has to send now; the acknowledgements that have come,
+        // without waiting.
+        loop {
+            let next = {
+                let mut m = shared.machine();
+                m.handle_timeout(clock.now());
+                m.poll_transmit(clock.now())
+            };
+            log_events(&shared);
+            let Some(p) = next else { break };
+            let token = p.token;
+            match js.send_publish(p.subject.clone(), message(p)).await {
+                Ok(ack) => acks.push(token, ack.into_future()),
+                Err(e) => shared.machine().handle_ack_failed(token, e.to_string()),
             }
-            Item::Key { world } => {
-                let frame = match HostCodec::encode_frame(&ToViewer::Snapshot {
-                    kind: SnapshotKind::Attach,
-                    world: world.clone(),
-                }) {
-                    Ok(f) => f.0,
-                    Err(e) => {
-                        warn!("cannot encode a keyframe: {e}");
-                        continue;
-                    }
-                };
-                headers.insert(RATE_HEADER, opts.rate.to_string().as_str());
-                (
-                    session.keyframes(),
-                    ids.keyframe(world.step),
-                    world.step,
-                    0,
-                    frame,
-                )
-            }
-            Item::End(end) => {
-                let step = end.host_step;
-                let frame = match HostCodec::encode_frame(&ToViewer::End(end)) {
-                    Ok(f) => f.0,
-                    Err(_) => continue,
-                };
-                (session.end(), ids.end(), step, 0, frame)
-            }
-        };
-        headers.insert(STEP_HEADER, step.to_string().as_str());
-        // The id after the other headers: `headers` replaces the message's header map.
-        let publish = PublishMessage::build()
-            .payload(payload)
-            .headers(headers)
-            .message_id(id);
-        match js.send_publish(subject, publish).await {
-            Ok(ack) => acks.push(count, ack.into_future()),
-            Err(e) => {
-                counters.fail(count);
-                warn!("cannot publish step {step} to NATS: {e}");
-            }
+            acks.take_ready(&shared);
         }
-        // The acknowledgements that have come, without waiting; then, with too many
-        // awaited, the next to come.
-        acks.take_ready(&counters);
-        while acks.len() > IN_FLIGHT {
-            acks.take_next(&counters).await;
+        let (done, deadline) = {
+            let m = shared.machine();
+            (m.is_done(), m.poll_timeout())
+        };
+        log_events(&shared);
+        if done {
+            break;
+        }
+        let timer = deadline.map(|d| clock.at(d));
+        tokio::select! {
+            _ = shared.wake.notified() => {}
+            _ = acks.take_next(&shared), if !acks.is_empty() => {}
+            _ = tokio::time::sleep_until(timer.unwrap_or_else(tokio::time::Instant::now)), if timer.is_some() => {}
+            _ = stop.cancelled() => break,
         }
     }
-    while acks.take_next(&counters).await {}
+    log_events(&shared);
     let _ = client.flush().await;
+}
+
+/// The machine's time: milliseconds since the publisher task started.
+struct Clock(tokio::time::Instant);
+
+impl Clock {
+    fn now(&self) -> u64 {
+        self.0.elapsed().as_millis() as u64
+    }
+
+    fn at(&self, t: u64) -> tokio::time::Instant {
+        self.0 + Duration::from_millis(t)
+    }
+}
+
+/// The client's message for a publish: its headers, then its id (`headers` replaces the
+/// message's header map, so the id goes after).
+fn message(p: machine::Publish) -> PublishMessage {
+    let mut headers = async_nats::HeaderMap::new();
+    for (name, value) in &p.headers {
+        headers.insert(*name, value.as_str());
+    }
+    PublishMessage::build()
+        .payload(p.payload)
+        .headers(headers)
+        .message_id(p.id)
+}
+
+/// Logs what the machine says happened.
+fn log_events(shared: &Counters) {
+    loop {
+        let Some(ev) = shared.machine().poll_event() else {
+            return;
+        };
+        match ev {
+            machine::Event::Failed { step, steps, why } => {
+                warn!(
+                    step,
+                    steps, "the NATS publish from step {step} failed: {why}"
+                )
+            }
+            machine::Event::Unencodable { step, why } => warn!(step, "{why}"),
+        }
+    }
 }
 
 /// This run's token in the message ids: the start time in nanoseconds and the process id,
@@ -560,61 +520,47 @@ fn run_token() -> String {
 /// What a publish's acknowledgement comes to.
 type AckResult = Result<jetstream::publish::PublishAck, jetstream::context::PublishError>;
 
-/// A publish acknowledgement still to come, with the steps its message holds.
+/// A publish acknowledgement still to come, with its message's token.
 type Ack = Pin<Box<dyn Future<Output = (u64, AckResult)> + Send>>;
 
-/// The acknowledgements awaited, every one of them polled from its publish on. The
-/// client starts an acknowledgement's 5 s timer when it is first polled: awaited one
-/// after another, oldest first, a server killed with N publishes in flight would hold the
-/// publisher N times 5 s (its feed full, every step dropped meanwhile); polled together,
-/// they all time out 5 s after their publish.
+/// The client's acknowledgements awaited, every one of them polled from its publish on
+/// (the client's own wait starts when it is first polled). The machine times each out
+/// itself ([`machine::ACK_TIMEOUT_MS`]); whichever comes first counts, the other is
+/// ignored.
 #[derive(Default)]
 struct Acks(FuturesUnordered<Ack>);
 
 impl Acks {
-    /// Awaits the acknowledgement of a message of `count` steps (polled at once).
-    fn push(&mut self, count: u64, ack: impl Future<Output = AckResult> + Send + 'static) {
-        self.0.push(Box::pin(async move { (count, ack.await) }));
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
+    /// Awaits the acknowledgement of message `token` (polled at once).
+    fn push(&mut self, token: u64, ack: impl Future<Output = AckResult> + Send + 'static) {
+        self.0.push(Box::pin(async move { (token, ack.await) }));
     }
 
     fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    /// Counts the acknowledgements that have come (in any order), without waiting; polls
-    /// every other one.
-    fn take_ready(&mut self, counters: &Counters) {
-        while let Some(Some((count, r))) = self.0.next().now_or_never() {
-            count_ack(count, r, counters);
+    /// Hands the acknowledgements that have come (in any order) to the machine, without
+    /// waiting; polls every other one.
+    fn take_ready(&mut self, shared: &Counters) {
+        while let Some(Some((token, r))) = self.0.next().now_or_never() {
+            settle(token, r, shared);
         }
     }
 
-    /// Waits for the next acknowledgement to come, whichever it is, and counts it; `false`
-    /// when none is awaited.
-    async fn take_next(&mut self, counters: &Counters) -> bool {
-        match self.0.next().await {
-            Some((count, r)) => {
-                count_ack(count, r, counters);
-                true
-            }
-            None => false,
+    /// Waits for the next acknowledgement to come, whichever it is, and hands it over.
+    async fn take_next(&mut self, shared: &Counters) {
+        if let Some((token, r)) = self.0.next().await {
+            settle(token, r, shared);
         }
     }
 }
 
-fn count_ack(count: u64, r: AckResult, counters: &Counters) {
+fn settle(token: u64, r: AckResult, shared: &Counters) {
+    let mut m = shared.machine();
     match r {
-        Ok(_) => {
-            counters.published.fetch_add(count, Ordering::Relaxed);
-        }
-        Err(e) => {
-            counters.fail(count);
-            warn!("NATS did not acknowledge a publish: {e}");
-        }
+        Ok(_) => m.handle_acked(token),
+        Err(e) => m.handle_ack_failed(token, format!("NATS did not acknowledge it: {e}")),
     }
 }
 
@@ -643,74 +589,5 @@ async fn answer_drift(client: async_nats::Client, subject: String, hub: Arc<Hub>
         if let Ok(f) = HostCodec::encode_frame(&reply) {
             let _ = client.publish(reply_to, f.0).await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use async_nats::jetstream::context::{PublishError, PublishErrorKind};
-    use std::sync::atomic::AtomicUsize;
-
-    /// An acknowledgement that never comes, counting in `started` when it is first polled
-    /// (when the client's would start its timer).
-    fn never(started: &Arc<AtomicUsize>) -> impl Future<Output = AckResult> + Send + 'static {
-        let started = started.clone();
-        async move {
-            started.fetch_add(1, Ordering::SeqCst);
-            std::future::pending().await
-        }
-    }
-
-    #[test]
-    fn every_acknowledgement_awaited_is_polled_from_its_publish() {
-        let (counters, started) = (Counters::default(), Arc::new(AtomicUsize::new(0)));
-        let mut acks = Acks::default();
-        for _ in 0..100 {
-            acks.push(256, never(&started));
-            acks.take_ready(&counters);
-        }
-        // All 100 timers run (a queue polling only its oldest would have started one).
-        assert_eq!(started.load(Ordering::SeqCst), 100);
-        assert_eq!(acks.len(), 100);
-        assert_eq!(counters.failed.load(Ordering::SeqCst), 0);
-    }
-
-    #[test]
-    fn an_acknowledgement_is_counted_when_it_comes_whatever_came_before() {
-        let (counters, started) = (Counters::default(), Arc::new(AtomicUsize::new(0)));
-        let mut acks = Acks::default();
-        acks.push(7, never(&started));
-        acks.push(3, async {
-            Err(PublishError::new(PublishErrorKind::TimedOut))
-        });
-        acks.take_ready(&counters);
-        // The second one's failure is counted (and asks for a keyframe) while the first
-        // is still awaited.
-        assert_eq!(counters.failed.load(Ordering::SeqCst), 3);
-        assert!(counters.want_key.load(Ordering::SeqCst));
-        assert_eq!(acks.len(), 1);
-        let mut next = std::pin::pin!(acks.take_next(&counters));
-        assert!(next.as_mut().now_or_never().is_none());
-    }
-
-    #[test]
-    fn failed_counts_each_step_once_and_no_keyframe_or_end() {
-        // A server away: a message of two records fails, then the keyframe sent after
-        // the failure and the record of that keyframe's step fail too, then the end.
-        // Three steps failed, so failed is 3: not one more for the keyframe and the end.
-        let counters = Counters::default();
-        let mut acks = Acks::default();
-        let timed_out = || async { Err(PublishError::new(PublishErrorKind::TimedOut)) };
-        acks.push(2, timed_out());
-        acks.take_ready(&counters);
-        assert!(counters.want_key.swap(false, Ordering::SeqCst));
-        acks.push(0, timed_out()); // the keyframe
-        acks.push(1, timed_out());
-        acks.take_ready(&counters);
-        counters.fail(0); // the end, refused by the client
-        assert_eq!(counters.failed.load(Ordering::SeqCst), 3);
-        assert!(counters.want_key.load(Ordering::SeqCst));
-        assert_eq!(counters.published.load(Ordering::SeqCst), 0);
     }
 }

@@ -427,7 +427,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<End, 
     // refuses the stream, stops the host here.
     let nats = match args.nats.options(rate.unwrap_or(0))? {
         Some(o) => {
-            let counters = Arc::new(crate::publish::Counters::default());
+            let counters = Arc::new(crate::publish::Counters::new(&o));
             let prepared = crate::publish::prepare(&o, &counters).await?;
             Some((o, counters, prepared))
         }
@@ -866,8 +866,8 @@ fn print_status(
     if let Some(r) = rate {
         body.push_str(&format!(" rate {r:.0}/s"));
     }
-    let nats_state = nats.map(|n| n.state());
-    if let (Some(n), Some(state)) = (nats, &nats_state) {
+    let nats_state = nats.map(|n| (n.state(), n.counts()));
+    if let Some((state, n)) = &nats_state {
         body.push_str(&format!(
             " nats {} published {} dropped {} failed {}",
             match state {
@@ -875,9 +875,9 @@ fn print_status(
                 crate::publish::State::Down => "down",
                 crate::publish::State::Refused(_) => "refused",
             },
-            get(&n.published),
-            get(&n.dropped),
-            get(&n.failed)
+            n.published,
+            n.dropped,
+            n.failed
         ));
     }
     let mut obj = serde_json::json!({
@@ -899,15 +899,15 @@ fn print_status(
     if let Some(r) = rate {
         obj["rate"] = ((r * 10.0).round() / 10.0).into();
     }
-    if let (Some(n), Some(state)) = (nats, &nats_state) {
+    if let Some((state, n)) = &nats_state {
         obj["nats_connected"] = (*state == crate::publish::State::Up).into();
         obj["nats_error"] = match state {
             crate::publish::State::Refused(why) => why.clone().into(),
             _ => serde_json::Value::Null,
         };
-        obj["nats_published"] = get(&n.published).into();
-        obj["nats_dropped"] = get(&n.dropped).into();
-        obj["nats_failed"] = get(&n.failed).into();
+        obj["nats_published"] = n.published.into();
+        obj["nats_dropped"] = n.dropped.into();
+        obj["nats_failed"] = n.failed.into();
     }
     let plain = match end {
         Some(e) => {

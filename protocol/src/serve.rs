@@ -11,6 +11,9 @@
 //! - [`ring`]: the fan-out: the records each connection is owed at its position (a resync
 //!   for one more than `queue` behind, the end after the records owed), and the recent
 //!   worlds drift requests are answered from.
+//! - [`publish`]: the NATS publisher: the stepping loop's feed and its bound, keyframes
+//!   (their cadence, and the ones that close a gap), records batched into messages, the
+//!   message ids, the acknowledgements awaited and the steps published, dropped and failed.
 
 /// Whether fault `$p` is planted in `$v` (a connection or ring with a `plant` field;
 /// never, without the `plants` feature: the branch is then not compiled in).
@@ -30,6 +33,7 @@ macro_rules! host_planted {
 pub mod conn;
 #[cfg(any(test, feature = "plants"))]
 pub mod pair;
+pub mod publish;
 pub mod ring;
 
 pub use conn::{Config, Conn, Event, Handed, Joined, Left, Request, Take, Transmit, Why};
