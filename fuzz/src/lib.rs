@@ -42,7 +42,7 @@ pub const NAME: &str = "fuzz-input";
 pub type Check = fn(&[u8]);
 
 /// The targets, by name: `fuzz/fuzz_targets/<name>.rs` and `fixtures/fuzz/<name>/`.
-pub const TARGETS: [(&str, Check); 14] = [
+pub const TARGETS: [(&str, Check); 15] = [
     ("replay", replay),
     ("replay_stream", replay_stream),
     ("wire_viewer", wire_viewer),
@@ -57,6 +57,7 @@ pub const TARGETS: [(&str, Check); 14] = [
     ("host_conn", host_conn),
     ("tcp_reader", tcp_reader),
     ("nats_reader", nats_reader),
+    ("publisher", publisher),
 ];
 
 /// Steps above which a target does not also run the replay (the run is not what is
@@ -1600,4 +1601,214 @@ pub fn nats_reader(data: &[u8]) {
             return;
         }
     }
+}
+
+// The host's NATS publisher
+
+/// `publisher`: byte 0 sets the feed's bound (1 to 16 items, or up to 481), byte 1 the
+/// keyframe cadence (1 to 100 000 steps) and the acknowledgements awaited at most (1 to
+/// 8); then one event a byte:
+/// steps taken (one with a record of 0, 300 or 30 000 input bytes, or up to 311 at once),
+/// messages taken from the machine, an acknowledgement or a failure for a message sent,
+/// for one already answered or for a token never given, the clock moved on by up to 20 s
+/// (late) or not at all (early), the connection lost, the end, the feed closed. Whatever
+/// the order: no panic; the feed, the messages awaited and each message stay within their
+/// bounds; a message id is never given to two different messages; records are published
+/// once each, in step order, each message of steps that follow one another, and after a
+/// step dropped, a failed message or a lost connection no record of a later step goes out
+/// before the keyframe that closes the gap; the end is last; published + dropped + failed
+/// never exceeds the steps taken, and equals them once everything is answered.
+pub fn publisher(data: &[u8]) {
+    use bytes::Bytes;
+    use ostm_protocol::serve::publish::ACK_TIMEOUT_MS;
+    use ostm_protocol::serve::publish::{Config, Event, Kind, Publish, Publisher};
+    use ostm_protocol::wire::nats::{frames, keyframe, Session};
+    use ostm_protocol::wire::{End, EndReason, Record};
+    use std::collections::BTreeMap;
+
+    let [a, b, ref tail @ ..] = *data else {
+        return;
+    };
+    let mut rest = tail;
+    // The feed's bound: 1 to 16 items, or 1 to 481 (room for a batch's 256 records).
+    let feed = 1 + usize::from(a & 15) * if a & 16 == 0 { 1 } else { 32 };
+    let every = [1, 2, 3, 5, 8, 60, 256, 100_000][usize::from((b >> 3) & 7)];
+    let cfg = Config {
+        feed,
+        in_flight: 1 + usize::from(b & 7),
+        ..Config::new(
+            Session::new("demo").expect("a session name"),
+            "R1".into(),
+            every,
+            60,
+        )
+    };
+    let (feed, in_flight) = (cfg.feed, cfg.in_flight);
+    let mut p = Publisher::new(cfg);
+    // Inputs of 0, 300 and 30 000 bytes of valid ops (a viewer decodes them).
+    let inputs = [0, 60, 6_000].map(|n| Bytes::from(encode_input(&vec![Op::Gravity { g: 0 }; n])));
+    let mut world = small_world(1, 7);
+    let mut now: u64 = 0;
+    let mut sent: Vec<u64> = Vec::new();
+    let mut ids: BTreeMap<String, (Kind, u64, Bytes)> = BTreeMap::new();
+    // What went out: the step the next records message starts at or after, the last
+    // keyframe's step, whether the end went out.
+    let mut next_record: u64 = 7;
+    let mut ended_out = false;
+    // A keyframe at or after this step is owed before any record of a step at or past it.
+    let mut owed: Option<u64> = None;
+    let mut ended = false;
+    let owe = |owed: &mut Option<u64>, at: u64| *owed = Some(owed.map_or(at, |o| o.min(at)));
+    let check = |p: &Publisher| {
+        let c = p.counts();
+        assert!(
+            c.published + c.dropped + c.failed <= c.steps,
+            "more steps counted than taken: {c:?}"
+        );
+        assert!(p.in_flight() <= in_flight, "more awaited than the bound");
+        assert!(p.queued() <= feed, "a feed past its bound");
+    };
+    let take = |m: Publish,
+                ids: &mut BTreeMap<String, (Kind, u64, Bytes)>,
+                next_record: &mut u64,
+                ended_out: &mut bool,
+                owed: &mut Option<u64>| {
+        assert!(!*ended_out, "a message after the end: {m:?}");
+        let content = (m.kind, m.step, m.payload.clone());
+        if let Some(before) = ids.insert(m.id.clone(), content.clone()) {
+            assert_eq!(before, content, "the id {} given to two messages", m.id);
+        }
+        match m.kind {
+            Kind::Records => {
+                let steps: Vec<u64> = frames("rec", &m.payload)
+                    .expect("a records payload")
+                    .map(|f| match f.expect("a record frame").1 {
+                        ToViewer::Record(r) => r.step,
+                        other => panic!("not a record in a rec message: {other:?}"),
+                    })
+                    .collect();
+                let want: Vec<u64> = (m.step..m.step + m.steps).collect();
+                assert_eq!(steps, want, "a records message not of its steps");
+                assert!(m.step >= *next_record, "a record again or out of order");
+                let last = m.step + m.steps - 1;
+                if let Some(o) = *owed {
+                    assert!(
+                        last < o,
+                        "record {last} went out before the keyframe owed from step {o}"
+                    );
+                }
+                *next_record = last + 1;
+            }
+            Kind::Keyframe => {
+                let w = keyframe("key", &m.payload).expect("a keyframe payload");
+                assert_eq!(w.step, m.step);
+                assert!(m.step >= *next_record, "a keyframe behind the records");
+                if owed.is_some_and(|o| m.step >= o) {
+                    *owed = None;
+                }
+                *next_record = m.step;
+            }
+            Kind::End => *ended_out = true,
+        }
+        m.token
+    };
+    for _ in 0..2_000 {
+        check(&p);
+        while let Some(e) = p.poll_event() {
+            if let Event::Failed { .. } = e {
+                owe(&mut owed, world.step);
+            }
+        }
+        let Some((&op, tail)) = rest.split_first() else {
+            break;
+        };
+        rest = tail;
+        let arg = op >> 3;
+        match op % 8 {
+            0 | 1 => {
+                // Many steps at once with empty inputs; one with any.
+                let (n, input) = if op % 8 == 1 {
+                    (1 + u64::from(arg) * 10, &inputs[0])
+                } else {
+                    (1, &inputs[usize::from(arg % 3)])
+                };
+                for _ in 0..n {
+                    let step = world.step;
+                    let dropped = p.counts().dropped;
+                    p.handle_before_step(&world);
+                    world.step += 1;
+                    let frame = HostCodec::encode_frame(&ToViewer::Record(Record {
+                        step,
+                        hash: step,
+                        input: input.clone(),
+                    }))
+                    .expect("a record frame");
+                    p.handle_record(step, frame.0);
+                    if p.counts().dropped > dropped && !ended {
+                        owe(&mut owed, step + 1);
+                    }
+                }
+            }
+            2 => {
+                for _ in 0..=arg {
+                    match p.poll_transmit(now) {
+                        Some(m) => {
+                            let t = take(m, &mut ids, &mut next_record, &mut ended_out, &mut owed);
+                            sent.push(t);
+                        }
+                        None => break,
+                    }
+                }
+            }
+            3 | 4 => {
+                let token = match arg {
+                    31 => 0,
+                    30 => u64::MAX,
+                    _ if sent.is_empty() => 1,
+                    _ => sent[usize::from(arg) % sent.len()],
+                };
+                if op % 8 == 3 {
+                    p.handle_acked(token);
+                } else {
+                    p.handle_ack_failed(token, "refused".into());
+                }
+            }
+            5 => {
+                now += u64::from(arg) * 700;
+                p.handle_timeout(now);
+            }
+            6 => {
+                p.handle_disconnected();
+                owe(&mut owed, world.step);
+            }
+            _ => {
+                if arg & 1 == 0 {
+                    ended |= p.handle_end(End {
+                        reason: EndReason::Finished,
+                        text: "the end".into(),
+                        host_step: world.step,
+                    });
+                } else {
+                    p.handle_feed_closed();
+                    ended = true;
+                }
+            }
+        }
+    }
+    // Everything out, every acknowledgement timed out: each step counted once.
+    p.handle_feed_closed();
+    loop {
+        while let Some(m) = p.poll_transmit(now) {
+            take(m, &mut ids, &mut next_record, &mut ended_out, &mut owed);
+        }
+        now += ACK_TIMEOUT_MS;
+        p.handle_timeout(now);
+        if p.queued() == 0 && p.in_flight() == 0 {
+            break;
+        }
+    }
+    check(&p);
+    assert!(p.is_done(), "not done with everything answered");
+    let c = p.counts();
+    assert_eq!(c.published + c.dropped + c.failed, c.steps, "{c:?}");
 }
