@@ -4,8 +4,14 @@
 //! ports), `server_name` `n0`, `n1`, …, and routes to every other node. Every wait is on a
 //! condition read from the nodes' monitoring endpoints, bounded by [`LIMIT`]; every node is
 //! killed when the cluster is dropped, also when a test fails.
+//!
+//! [`Cluster::start_linked`] puts a [`Link`] (a TCP forwarder the test can cut) on every
+//! route between two nodes, so that a node can be cut off from the others and healed
+//! ([`Cluster::cut_off`], [`Cluster::heal`]): a partition on one machine, without network
+//! namespaces. Clients (the host, viewers, the monitoring endpoints) reach every node
+//! directly.
 
-use crate::{Proc, LIMIT};
+use crate::{Link, Proc, LIMIT};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,6 +57,8 @@ pub struct Node {
     conf: PathBuf,
     proc: Option<Proc>,
     paused: bool,
+    cut: bool,
+    log: String,
 }
 
 impl Node {
@@ -62,6 +70,12 @@ impl Node {
     /// Running (started and not killed; a paused node is running).
     pub fn running(&self) -> bool {
         self.proc.is_some()
+    }
+
+    /// What the node printed (its log) in the runs that have ended ([`Cluster::kill`],
+    /// [`Cluster::stop`]).
+    pub fn log(&self) -> &str {
+        &self.log
     }
 
     fn spawn(&mut self) {
@@ -76,6 +90,12 @@ impl Node {
 pub struct Cluster {
     pub nodes: Vec<Node>,
     dir: tempfile::TempDir,
+    /// With [`Cluster::start_linked`]: the link each route from node `.0` to node `.1`
+    /// goes through, and the link every node advertises to the others, cut for good (a
+    /// route a node learns of by gossip would bypass the links: it is refused, and the
+    /// configured routes, through the links, make the mesh).
+    links: Vec<(usize, usize, Link)>,
+    _sink: Option<Link>,
 }
 
 /// `GET path` on 127.0.0.1:`port`, the body as JSON; `None` when the node does not answer
@@ -103,21 +123,61 @@ impl Cluster {
     /// # Panics
     /// A node cannot be started, or the cluster is not ready within [`LIMIT`].
     pub fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, false)
+    }
+
+    /// [`Cluster::start`] with every route between two nodes through a [`Link`], so that
+    /// [`Cluster::cut_off`] can cut a node off from the others.
+    ///
+    /// # Panics
+    /// As [`Cluster::start`].
+    pub fn start_linked(n: usize) -> Cluster {
+        Cluster::start_with(n, true)
+    }
+
+    fn start_with(n: usize, linked: bool) -> Cluster {
         let dir = tempfile::tempdir().expect("the cluster's directory");
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
+        let mut links = Vec::new();
+        let sink = linked.then(|| {
+            let sink = Link::start(0);
+            sink.cut();
+            sink
+        });
+        if linked {
+            for i in 0..n {
+                for (j, p) in ports.iter().enumerate() {
+                    if j != i {
+                        links.push((i, j, Link::start(p.1)));
+                    }
+                }
+            }
+        }
         let mut nodes = Vec::new();
         for (i, &(port, route_port, http_port)) in ports.iter().enumerate() {
             let name = format!("n{i}");
             let store = dir.path().join(&name);
             std::fs::create_dir_all(&store).expect("a node's store directory");
-            let routes: Vec<String> = ports
-                .iter()
-                .enumerate()
-                .filter(|&(j, _)| j != i)
-                .map(|(_, p)| format!("\"nats-route://127.0.0.1:{}\"", p.1))
-                .collect();
+            let routes: Vec<String> = if linked {
+                links
+                    .iter()
+                    .filter(|l| l.0 == i)
+                    .map(|l| format!("\"nats-route://127.0.0.1:{}\"", l.2.port()))
+                    .collect()
+            } else {
+                ports
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, _)| j != i)
+                    .map(|(_, p)| format!("\"nats-route://127.0.0.1:{}\"", p.1))
+                    .collect()
+            };
+            let advertise = sink
+                .as_ref()
+                .map(|s| format!("  advertise: \"127.0.0.1:{}\"\n", s.port()))
+                .unwrap_or_default();
             let conf = dir.path().join(format!("{name}.conf"));
             std::fs::write(
                 &conf,
@@ -126,7 +186,7 @@ impl Cluster {
                      listen: \"127.0.0.1:{port}\"\n\
                      http: \"127.0.0.1:{http_port}\"\n\
                      jetstream {{\n  store_dir: \"{}\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}}\n\
-                     cluster {{\n  name: ostm\n  listen: \"127.0.0.1:{route_port}\"\n  routes: [{}]\n}}\n",
+                     cluster {{\n  name: ostm\n  listen: \"127.0.0.1:{route_port}\"\n{advertise}  routes: [{}]\n}}\n",
                     store.display(),
                     routes.join(", ")
                 ),
@@ -141,12 +201,19 @@ impl Cluster {
                 conf,
                 proc: None,
                 paused: false,
+                cut: false,
+                log: String::new(),
             });
         }
         for node in &mut nodes {
             node.spawn();
         }
-        let c = Cluster { nodes, dir };
+        let c = Cluster {
+            nodes,
+            dir,
+            links,
+            _sink: sink,
+        };
         c.wait_ready();
         c
     }
@@ -169,8 +236,9 @@ impl Cluster {
         self.dir.path()
     }
 
-    /// Waits until every running node that is not paused has routes to every other such
-    /// node, knows the JetStream meta leader, and says it is healthy (`/healthz`).
+    /// Waits until every running node that is neither paused nor cut off has routes to
+    /// every other such node, knows the JetStream meta leader, and says it is healthy
+    /// (`/healthz`).
     ///
     /// # Panics
     /// Not within [`LIMIT`]: the panic gives what each node last said.
@@ -178,7 +246,7 @@ impl Cluster {
         let up: Vec<&Node> = self
             .nodes
             .iter()
-            .filter(|n| n.running() && !n.paused)
+            .filter(|n| n.running() && !n.paused && !n.cut)
             .collect();
         let deadline = Instant::now() + LIMIT;
         loop {
@@ -217,35 +285,47 @@ impl Cluster {
 
     /// The name of the stream's leader and of its replicas, as a running node that hosts
     /// the stream reports it (`/jsz?accounts=true&streams=true`); `None` while none does.
+    /// A node cut off from the others is not asked (it may still take itself for the
+    /// leader).
     pub fn stream_cluster(&self, stream: &str) -> Option<(String, Vec<String>)> {
-        for n in self.nodes.iter().filter(|n| n.running() && !n.paused) {
-            let Some(j) = monitor(n.http_port, "/jsz?accounts=true&streams=true") else {
+        for i in (0..self.nodes.len()).filter(|&i| {
+            let n = &self.nodes[i];
+            n.running() && !n.paused && !n.cut
+        }) {
+            let Some(s) = self.stream_detail(i, stream) else {
                 continue;
             };
-            let accounts = j["account_details"].as_array().cloned().unwrap_or_default();
-            for a in accounts {
-                for s in a["stream_detail"].as_array().cloned().unwrap_or_default() {
-                    if s["name"].as_str() != Some(stream) {
-                        continue;
-                    }
-                    let Some(leader) = s["cluster"]["leader"].as_str() else {
-                        continue;
-                    };
-                    if leader.is_empty() {
-                        continue;
-                    }
-                    let replicas = s["cluster"]["replicas"]
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default()
-                        .iter()
-                        .filter_map(|r| r["name"].as_str().map(str::to_string))
-                        .collect();
-                    return Some((leader.to_string(), replicas));
-                }
+            let Some(leader) = s["cluster"]["leader"].as_str() else {
+                continue;
+            };
+            if leader.is_empty() {
+                continue;
             }
+            let replicas = s["cluster"]["replicas"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|r| r["name"].as_str().map(str::to_string))
+                .collect();
+            return Some((leader.to_string(), replicas));
         }
         None
+    }
+
+    /// The stream as node `i` holds it (`/jsz?accounts=true&streams=true`: its
+    /// `config`, `cluster` and `state`, the state being that node's own copy: `messages`,
+    /// `first_seq`, `last_seq`, `num_deleted`); `None` when the node does not answer or
+    /// holds no copy.
+    pub fn stream_detail(&self, i: usize, stream: &str) -> Option<serde_json::Value> {
+        let j = monitor(self.nodes[i].http_port, "/jsz?accounts=true&streams=true")?;
+        let accounts = j["account_details"].as_array()?;
+        accounts
+            .iter()
+            .filter_map(|a| a["stream_detail"].as_array())
+            .flatten()
+            .find(|s| s["name"].as_str() == Some(stream))
+            .cloned()
     }
 
     /// Waits until the stream has a leader among the running nodes, and returns that
@@ -260,7 +340,7 @@ impl Cluster {
                 if let Some(i) = self
                     .nodes
                     .iter()
-                    .position(|n| n.name == leader && n.running() && !n.paused)
+                    .position(|n| n.name == leader && n.running() && !n.paused && !n.cut)
                 {
                     return i;
                 }
@@ -276,7 +356,10 @@ impl Cluster {
     /// Kills node `i` (SIGKILL), keeping its configuration and store.
     pub fn kill(&mut self, i: usize) {
         if let Some(p) = self.nodes[i].proc.take() {
-            let _ = p.kill();
+            let out = p.kill();
+            let log = &mut self.nodes[i].log;
+            log.push_str(&String::from_utf8_lossy(&out.stdout));
+            log.push_str(&String::from_utf8_lossy(&out.stderr));
         }
         self.nodes[i].paused = false;
     }
@@ -322,6 +405,49 @@ impl Cluster {
     pub fn start_again(&mut self, i: usize) {
         assert!(!self.nodes[i].running(), "{} runs", self.nodes[i].name);
         self.nodes[i].spawn();
+        self.wait_ready();
+    }
+
+    /// Cuts node `i` off from the others: every route between it and another node is
+    /// dropped, and every new one refused, until [`Cluster::heal`]; returns once the node
+    /// reports no route. Its clients stay connected to it.
+    ///
+    /// # Panics
+    /// The cluster was not started with [`Cluster::start_linked`].
+    pub fn cut_off(&mut self, i: usize) {
+        assert!(
+            !self.links.is_empty(),
+            "cut a node off in a cluster started with Cluster::start_linked"
+        );
+        for l in self.links.iter().filter(|l| l.0 == i || l.1 == i) {
+            l.2.cut();
+        }
+        self.nodes[i].cut = true;
+        // Cut off for real: the node has no route left (none bypasses the links).
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let routes =
+                monitor(self.nodes[i].http_port, "/routez").and_then(|r| r["num_routes"].as_u64());
+            if routes == Some(0) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} still has {routes:?} routes after its links were cut",
+                self.nodes[i].name
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Lets node `i` reach the others again after [`Cluster::cut_off`] (its routes are
+    /// made again as the nodes retry them, about once a second), and waits until the
+    /// cluster is ready.
+    pub fn heal(&mut self, i: usize) {
+        for l in self.links.iter().filter(|l| l.0 == i || l.1 == i) {
+            l.2.heal();
+        }
+        self.nodes[i].cut = false;
         self.wait_ready();
     }
 

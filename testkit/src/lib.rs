@@ -7,11 +7,14 @@
 //!   moment it starts, so a child never blocks on a full pipe whatever it prints and
 //!   however slow the machine is; every wait is bounded by [`LIMIT`].
 //! - [`Cluster`] is a JetStream cluster of real `nats-server`s on 127.0.0.1 that a test
-//!   can kill, pause, restart and corrupt nodes of.
+//!   can kill, pause, restart, corrupt and cut off nodes of ([`Link`]: a TCP forwarder a
+//!   test can cut and heal).
 
 mod cluster;
+mod link;
 mod proc;
 
 pub use cluster::{free_port, monitor, nats_bin, Cluster, Node};
+pub use link::Link;
 
 pub use proc::{bin, run, signal, Proc, LIMIT};
