@@ -134,3 +134,59 @@ impl Drop for Link {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// An echo server on 127.0.0.1: each connection gets back what it sends.
+    fn echo() -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut c = c;
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = c.read(&mut buf) {
+                        if n == 0 || c.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    fn connect(link: &Link) -> TcpStream {
+        let c = TcpStream::connect(("127.0.0.1", link.port())).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        c
+    }
+
+    /// Whether `c` still carries bytes both ways: a byte sent comes back.
+    fn carries(c: &mut TcpStream) -> bool {
+        let mut b = [0u8; 1];
+        c.write_all(b"x").is_ok() && matches!(c.read(&mut b), Ok(1)) && b == *b"x"
+    }
+
+    #[test]
+    fn a_cut_drops_and_refuses_connections_and_a_heal_forwards_again() {
+        let link = Link::start(echo());
+        let mut before = connect(&link);
+        assert!(carries(&mut before), "a link forwards");
+        link.cut();
+        assert!(link.is_cut());
+        assert!(
+            !carries(&mut before),
+            "a cut drops the connections it carries"
+        );
+        let mut during = connect(&link);
+        assert!(!carries(&mut during), "a cut link refuses new connections");
+        link.heal();
+        let mut after = connect(&link);
+        assert!(carries(&mut after), "a healed link forwards again");
+    }
+}
