@@ -668,10 +668,21 @@ impl Reader {
             }
         }
         let addr = self.cfg.addr.clone();
-        let (at, m) = match self.decode(buf, eof) {
+        let (at, m) = match self.decode(buf, false) {
             Ok(Some(m)) => m,
-            Ok(None) if eof => {
+            Ok(None) if eof && buf.is_empty() => {
                 self.ended(now, Ended::Lost(Lost::ClosedWithoutEnd));
+                return true;
+            }
+            Ok(None) if eof => {
+                // Closed inside a frame: a host killed, or one that dropped the viewer, in
+                // the middle of a write. The connection is lost, with the codec's sentence.
+                let why = match self.codec.decode_eof(buf) {
+                    Err(e) => Lost::Protocol(e),
+                    Ok(_) => Lost::ClosedWithoutEnd,
+                };
+                buf.clear();
+                self.ended(now, Ended::Lost(why));
                 return true;
             }
             Ok(None) => return false,

@@ -316,6 +316,45 @@ fn silence_loses_the_connection_and_reconnection_starts_at_once() {
 }
 
 #[test]
+fn a_stream_closed_inside_a_frame_is_a_lost_connection() {
+    // A host killed (or dropping the viewer) in the middle of a write: the bytes it had
+    // sent end inside a record's frame. With --reconnect the reader connects again, and
+    // says where the frame was cut; without, that sentence is its last word.
+    for reconnect in [Some(30_000), None] {
+        let mut r = reader(reconnect);
+        drain(&mut r);
+        attach(&mut r, 0, 5);
+        let mut buf = BytesMut::new();
+        put(&mut buf, record(5));
+        let whole = buf.len();
+        put(&mut buf, record(6));
+        buf.truncate(whole + 7);
+        while r.handle_data(100, &mut buf, true) {}
+        let got = drain(&mut r);
+        let lost = if reconnect.is_some() {
+            "lost"
+        } else {
+            "lost (last)"
+        };
+        let cut = format!("{lost}: protocol error: {ADDR}: at offset ");
+        assert!(
+            got.get(3).is_some_and(|l| l.starts_with(&cut)
+                && l.ends_with(
+                    "connection closed inside a frame: expected 19 frame bytes, found 3 bytes"
+                )),
+            "{got:?}"
+        );
+        let last = if reconnect.is_some() {
+            "connect"
+        } else {
+            "done"
+        };
+        let want = ["records 1 from 5", "stream ended", "close", &got[3], last];
+        assert_eq!(got, want, "reconnect {reconnect:?}");
+    }
+}
+
+#[test]
 fn the_reconnection_budget_runs_from_the_end_of_the_latest_connection() {
     let mut r = reader(Some(3_000));
     drain(&mut r);
