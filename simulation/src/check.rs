@@ -1,16 +1,22 @@
 //! The invariants. Safety, checked as the run goes: a step is verified only when the
 //! viewer's hash for that step number equals the host's, and never twice; a drift is
 //! reported only where one was planted, at exactly its step, body, field and stage; no
-//! other failure without a hostile message to explain it. At the end: every recording and
-//! everything recovered verifies and holds only verified steps; the verdict names every
+//! other failure without a hostile message to explain it. Over TCP: a connection never
+//! hands over a record out of order or twice, each connection that attaches has a number
+//! of its own, a reader stops for good only for a reason the run explains (its budget
+//! counted from the end of its latest connection), and the host never judges silent a
+//! viewer it heard from within the timeout nor ends a stream before the records owed. At
+//! the end: every recording and everything recovered verifies and holds only verified steps; the verdict names every
 //! step never verified; `ok` only when the viewer's world reached the host's last step
 //! and the count adds up; a planted drift met is reported. Liveness (`--liveness`): once the
 //! faults stop, every viewer verifies again up to the host's last step.
 
-use crate::Sim;
+use crate::{Sim, QUEUE, TICK_MS};
 use ostm_protocol::format::ostm::{Replay, Verdict};
 use ostm_protocol::format::recording::journal::{finish_order, Finish};
+use ostm_protocol::serve::conn::{Left, Why};
 use ostm_protocol::session::{Failure, Stages, Stop};
+use ostm_protocol::wire::EndReason;
 use std::collections::BTreeSet;
 
 /// How the real viewer's message begins when a write to the recording fails (a full
@@ -31,6 +37,81 @@ pub fn on_verified(sim: &mut Sim, i: usize, life: u32, step: u64, hash: u64) {
     }
     if sim.viewers[i].hashes.contains_key(&(life, step)) {
         sim.violate(format!("viewer {i} verified step {step} twice"));
+    }
+}
+
+/// A new connection of viewer `i` attached with `number`; the latest before had `last`.
+/// Each carries a number no earlier one had: a drift request goes only to the connection
+/// that sent its step.
+pub fn new_number(sim: &mut Sim, i: usize, number: u64, last: u64) {
+    if number <= last {
+        sim.violate(format!(
+            "viewer {i}: a new connection attached with number {number}, an earlier one had {last}: a drift request would go to a connection that did not send its step"
+        ));
+    }
+}
+
+/// A connection of viewer `i` handed over records from step `first`, where `next` was
+/// next (its attach snapshot's, its resync's, or after the record before): never a record
+/// out of order or twice.
+pub fn in_order(sim: &mut Sim, i: usize, next: Option<u64>, first: u64) {
+    if let Some(next) = next.filter(|&n| n != first) {
+        sim.violate(format!(
+            "viewer {i}: its connection delivered a record for step {first} where step {next} was next"
+        ));
+    }
+}
+
+/// Viewer `i`'s TCP reader stopped for good with `why`, `failing_ms` after its latest
+/// connection ended, with a reconnection budget of `budget_ms`; `first_faulted`: it never
+/// attached and a fault met its first connection. Explained only by a budget run out from
+/// the end of the latest connection (a viewer reconnecting after a working connection has
+/// its whole budget again), a first connection that met a fault, or the host's end.
+/// Returns whether it is explained.
+pub fn reader_stop(
+    sim: &mut Sim,
+    i: usize,
+    why: &str,
+    failing_ms: u64,
+    budget_ms: u64,
+    first_faulted: bool,
+) -> bool {
+    let gave_up = why.starts_with("gave up reconnecting");
+    let why = if gave_up && failing_ms < budget_ms {
+        format!(
+            "viewer {i} gave up reconnecting {failing_ms} ms after its connection ended, its budget is {budget_ms} ms: {why}"
+        )
+    } else if gave_up || sim.ended || first_faulted {
+        return true;
+    } else {
+        format!("viewer {i}'s reader stopped for good though the host was honest: {why}")
+    };
+    sim.violate(why);
+    false
+}
+
+/// The host's connection to viewer `i` left (`heard_ms`: when it last heard from the
+/// viewer; `behind`: the records it was behind the host's ring; `silence`: its silence
+/// timeout in ms). A viewer it heard from
+/// within the silence timeout is never judged silent; the stream's end comes after the
+/// records owed, unless the viewer was more than the queue behind (the end in place of a
+/// resync).
+pub fn host_left(sim: &mut Sim, i: usize, left: &Left, heard_ms: u64, behind: u64, silence: u64) {
+    let Why::Ended(end) = &left.why else {
+        return;
+    };
+    let silent_for = (sim.now * TICK_MS).saturating_sub(heard_ms);
+    if end.reason == EndReason::Silent && silent_for + TICK_MS < silence {
+        sim.violate(format!(
+            "viewer {i}: the host judged it silent though it heard from it {silent_for} ms before (the silence timeout is {silence} ms)"
+        ));
+    }
+    if sim.host.ended.as_ref() == Some(end) && left.step < end.host_step && behind as usize <= QUEUE
+    {
+        sim.violate(format!(
+            "viewer {i}: the host ended its stream at step {} before the records it owed ({behind} records from step {})",
+            end.host_step, left.step
+        ));
     }
 }
 
@@ -74,6 +155,8 @@ pub fn on_stop(sim: &mut Sim, i: usize) {
         {
             None
         }
+        // The reader's last word, checked when it came (`tcp::final_word`).
+        Some(Stop::Failed(Failure::Other(_))) if v.lost_for_good => None,
         Some(Stop::Failed(f)) => Some(format!("viewer {i} failed though the host was honest: {f}")),
         Some(Stop::Asked) => Some(format!("viewer {i} stopped as asked, though nothing asked")),
         Some(Stop::HostEnded(_)) | Some(Stop::Interrupted) | None => None,
@@ -289,6 +372,7 @@ fn verifying_again(sim: &mut Sim, i: usize) {
     // The host's end in place of a resync leaves a viewer behind, as the real host does.
     if v.stopped_by_full_disk
         || v.ended_behind
+        || v.lost_for_good
         || matches!(
             v.core.stop(),
             Some(Stop::Drift(_) | Stop::Failed(Failure::KeyframeOfAnotherWorld))

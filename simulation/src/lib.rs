@@ -2,12 +2,13 @@
 //! (docs/reliability.md, "The simulation of whole sessions").
 //!
 //! One host and several viewers run on a virtual clock in one thread. The host steps the
-//! real world ([`host`]); each viewer is the real sans-IO verifier
-//! ([`ostm_protocol::session::Verifier`]) fed by a modelled reader: over TCP a connection
-//! with a bounded queue at the host (a viewer too slow is resynced), a delay and stalls on
-//! the way, cuts and reconnections; over NATS a stream the host publishes to, read through
-//! the real [`Feed`], with duplicates, reordering, keyframes met late and a server that
-//! goes and comes back. Recordings are written with the real recorder into a scratch
+//! real world into its real rings ([`host`]); each viewer is the real sans-IO verifier
+//! ([`ostm_protocol::session::Verifier`]). Over TCP ([`tcp`]) every connection is the
+//! host's real connection machine and the viewer's real reader machine with a simulated
+//! network of bytes between them (latency, partial writes, bounded socket buffers, stalls,
+//! a slow link, cuts, a host killed and started again); over NATS a stream the host
+//! publishes to, read through the real [`Feed`] by a modelled reader, with duplicates,
+//! reordering, keyframes met late and a server that goes and comes back. Recordings are written with the real recorder into a scratch
 //! directory, crashed with their tail torn and recovered with the real `assemble`. Every
 //! choice — rates, delays, which fault and when — comes from the seed, so a run is a pure
 //! function of its seed and plant: its trace is the same byte for byte every time.
@@ -16,19 +17,22 @@
 //! and fan-out ring against the real verifier, in memory (`ostm_protocol::serve::pair`).
 //!
 //! # Layout
-//! - [`host`]: the host's world, records, drift replies and NATS publication.
-//! - [`viewer`]: a viewer: its reader model, the verifier, its recording.
+//! - [`host`]: the host's world, its rings of records and worlds, its end.
+//! - [`tcp`]: the TCP connections: the host's machine, the network, the viewer's reader.
+//! - [`viewer`]: a viewer: the verifier, its NATS reader model, its recording.
 //! - [`check`]: the invariants, checked as the run goes and at its end.
 //! - this file: the run, its clock and its faults.
 
 pub mod check;
 pub mod host;
+pub mod tcp;
 pub mod viewer;
 
 use host::{Host, Perturb};
+use ostm_protocol::reader::tcp::Plant as ReaderPlant;
 use ostm_protocol::session::Plant;
 use ostm_protocol::sim::rng::Sfc32;
-use ostm_protocol::wire::{End, EndReason, Record, SnapshotKind, ToViewer};
+use ostm_protocol::wire::{End, EndReason, Record};
 use ostm_protocol::{Dims, Setup, World};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,21 +40,22 @@ use viewer::{Transport, Viewer};
 
 /// Virtual milliseconds per tick of the clock.
 pub const TICK_MS: u64 = 10;
-/// Records the host queues for one TCP viewer before it resyncs it.
+/// Records the host's ring holds for its TCP viewers: one further behind is resynced.
 pub const QUEUE: usize = 96;
-/// Messages a connection's socket buffers hold (on the wire and unread) before the host's
-/// queue stops draining into them.
-pub const SOCKET: usize = 64;
 /// Ticks of silence after which a viewer gives its connection up (10 s).
 pub const SILENCE_TICKS: u64 = 10_000 / TICK_MS;
+/// Ticks the host runs at least after the faults stop, with `--liveness` (7 s).
+pub const LIVENESS_TAIL: u64 = 700;
 /// Steps between two keyframes on NATS.
 pub const KEYFRAME_EVERY: u64 = 40;
 
 /// What a run is asked to do.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
-    /// A fault planted in the verifier, to show the run catches it.
+    /// A fault planted in the verifier or the host's machines, to show the run catches it.
     pub plant: Option<Plant>,
+    /// A fault planted in the viewer's TCP reader.
+    pub reader_plant: Option<ReaderPlant>,
     /// A fault planted in the recorder: it assembles a crashed recording without checking
     /// its hash rows (`--plant recover-unverified`).
     pub plant_recover_unverified: bool,
@@ -86,15 +91,17 @@ pub struct Outcome {
 /// The kinds of fault the seed chooses among, for the trace and the docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
-    /// The link to a viewer holds its bytes for a while (no cut).
+    /// A viewer's connection holds its bytes both ways for a while (no cut).
     Stall,
-    /// A viewer's connection is cut; it reconnects.
+    /// A viewer's connection is reset and its link refuses new ones for a while; it
+    /// reconnects.
     Cut,
     /// The host is killed and started again (its world from step 0).
     HostRestart,
     /// A viewer stops reading for a while (as under SIGSTOP), then goes on.
     Pause,
-    /// A viewer reads slower than the host steps for a while: the host resyncs it.
+    /// A viewer's link delivers fewer bytes than the host sends for a while: the host
+    /// resyncs it.
     Slow,
     /// The NATS server goes away and comes back: the host drops its feed meanwhile.
     ServerAway,
@@ -129,7 +136,14 @@ pub struct Sim {
     pub host: Host,
     /// The host is down until this tick (killed, to be started again).
     pub host_down_until: Option<u64>,
+    /// The tick the host ended the stream.
+    pub end_tick: Option<u64>,
+    /// The host has exited after the end.
+    pub host_gone: bool,
     pub viewers: Vec<Viewer>,
+    /// Each TCP viewer's connections, the host's machine at their other end, and its
+    /// reader (by viewer).
+    pub links: Vec<Option<tcp::Link>>,
     /// The NATS stream: what the server stores, in order.
     pub stream: Vec<Stored>,
     /// The server is away until this tick.
@@ -196,19 +210,19 @@ impl Sim {
         }
     }
 
-    fn fault(&mut self, kind: Fault, detail: String) {
+    pub(crate) fn fault(&mut self, kind: Fault, detail: String) {
         self.faults += 1;
         self.event(format!("fault {kind:?} {detail}"));
     }
 
     /// Whether faults may still happen.
-    fn faulty(&self) -> bool {
+    pub(crate) fn faulty(&self) -> bool {
         self.now < self.quiet_after
     }
 
     /// The tick a fault of `ticks` from now ends: in liveness mode never after the faults
     /// stop.
-    fn until(&self, ticks: u64) -> u64 {
+    pub(crate) fn until(&self, ticks: u64) -> u64 {
         (self.now + ticks).min(self.quiet_after)
     }
 }
@@ -239,6 +253,19 @@ pub fn run(seed: u64, cfg: &Config) -> Outcome {
         step: 30 + u64::from(rng.next_u32()) % (end_at * 2),
         body: (rng.next_u32() % u32::from(setup.bodies)) as u8,
     });
+    // With --liveness the faults stop two thirds of the way, and the host runs on for at
+    // least 7 s after: longer than the TCP reader's longest wait between two attempts (5 s)
+    // and its handshake.
+    let quiet_after = if cfg.liveness {
+        end_at * 2 / 3
+    } else {
+        u64::MAX
+    };
+    let end_at = if cfg.liveness {
+        end_at.max(quiet_after + LIVENESS_TAIL)
+    } else {
+        end_at
+    };
     let scratch = cfg.scratch.join(format!("seed-{seed}"));
     let _ = std::fs::remove_dir_all(&scratch);
     let _ = std::fs::create_dir_all(&scratch);
@@ -248,7 +275,10 @@ pub fn run(seed: u64, cfg: &Config) -> Outcome {
         now: 0,
         host: Host::new(setup, 0, perturb),
         host_down_until: None,
+        end_tick: None,
+        host_gone: false,
         viewers: Vec::new(),
+        links: Vec::new(),
         stream: Vec::new(),
         server_away_until: None,
         feed_dropped: false,
@@ -258,11 +288,7 @@ pub fn run(seed: u64, cfg: &Config) -> Outcome {
         trace: String::new(),
         digest: 0xcbf2_9ce4_8422_2325,
         keep_trace: cfg.trace,
-        quiet_after: if cfg.liveness {
-            end_at * 2 / 3
-        } else {
-            u64::MAX
-        },
+        quiet_after,
         end_at,
         ended: false,
         scratch: scratch.clone(),
@@ -271,6 +297,9 @@ pub fn run(seed: u64, cfg: &Config) -> Outcome {
         foreign_keyframes: 0,
         nats: false,
     };
+    if let Some(p) = cfg.plant {
+        sim.host.plant(p);
+    }
     sim.event(format!(
         "seed {seed} world {:?} {} bodies seed {} end at tick {end_at} perturb {:?}",
         setup.dims, setup.bodies, setup.seed, perturb
@@ -284,9 +313,18 @@ pub fn run(seed: u64, cfg: &Config) -> Outcome {
         };
         let join_at = sim.below(end_at / 2);
         let record = !sim.one_in(3);
+        // The reconnection budget: `--reconnect-for`'s default, or 2 to 5 s (longer than
+        // a cut refuses connections, shorter than a run).
+        let budget_ms = if sim.one_in(2) {
+            300_000
+        } else {
+            2_000 + sim.below(3_000)
+        };
         let v = Viewer::new(i, transport, join_at, record, &sim.scratch, cfg.plant);
+        let link = (transport == Transport::Tcp).then(|| tcp::Link::new(v.latency, budget_ms));
+        sim.links.push(link);
         sim.event(format!(
-            "viewer {i} {transport:?} joins at tick {join_at} speed {} record {record}",
+            "viewer {i} {transport:?} joins at tick {join_at} speed {} record {record} budget {budget_ms} ms",
             v.speed
         ));
         sim.nats |= transport == Transport::Nats;
@@ -326,7 +364,12 @@ fn tick(sim: &mut Sim) {
         inject(sim);
     }
     host_tick(sim);
+    tcp::host_tick(sim);
     for i in 0..sim.viewers.len() {
+        if sim.viewers[i].transport == Transport::Tcp {
+            // Its connections close once it has stopped.
+            tcp::tick(sim, i);
+        }
         viewer::tick(sim, i);
         if sim.violation.is_some() {
             return;
@@ -344,18 +387,24 @@ fn inject(sim: &mut Sim) {
     match sim.below(10) {
         0 => {
             let ticks = 5 + sim.below(SILENCE_TICKS * 2);
-            sim.viewers[who].stall_until = sim.until(ticks);
-            sim.fault(Fault::Stall, format!("viewer {who} for {ticks} ticks"));
+            let until = sim.until(ticks);
+            if tcp::stall(sim, who, until) {
+                sim.fault(Fault::Stall, format!("viewer {who} for {ticks} ticks"));
+            }
         }
-        1 if sim.viewers[who].cut(sim.now) => {
-            sim.fault(Fault::Cut, format!("viewer {who}"));
+        1 => {
+            let down = sim.below(150);
+            if tcp::cut(sim, who, down) {
+                sim.fault(
+                    Fault::Cut,
+                    format!("viewer {who}, connections refused for {down} ticks"),
+                );
+            }
         }
         2 if sim.host_down_until.is_none() && !sim.nats && sim.one_in(4) => {
             let down = 1 + sim.below(60);
             sim.host_down_until = Some(sim.until(down));
-            for v in &mut sim.viewers {
-                v.cut(sim.now);
-            }
+            tcp::kill(sim);
             sim.fault(Fault::HostRestart, format!("down {down} ticks"));
         }
         3 => {
@@ -431,6 +480,9 @@ fn host_tick(sim: &mut Sim) {
         let life = sim.host.life + 1;
         let setup = sim.host.setup;
         sim.host = Host::new(setup, life, None);
+        if let Some(p) = sim.cfg.plant {
+            sim.host.plant(p);
+        }
         sim.event(format!("host started again, life {life}, at step 0"));
         // The restarted host's stream on NATS starts again: a keyframe first.
         sim.feed_dropped = true;
@@ -452,13 +504,8 @@ fn host_tick(sim: &mut Sim) {
             host_step: sim.host.world.step,
         };
         sim.event(format!("host ends at step {}", sim.host.world.step));
-        for i in 0..sim.viewers.len() {
-            if sim.viewers[i].host_ends(end.clone()) {
-                sim.event(format!(
-                    "host ends viewer {i}'s stream more than the queue behind (the end in place of a resync)"
-                ));
-            }
-        }
+        sim.host.ended = Some(end.clone());
+        sim.end_tick = Some(sim.now);
         if sim.server_away_until.is_none() {
             sim.stream.push(Stored::End(end));
         }
@@ -470,12 +517,6 @@ fn host_tick(sim: &mut Sim) {
         let r = sim.host.step();
         sim.hashes.insert((sim.host.life, r.step), r.hash);
         sim.steps += 1;
-        for i in 0..sim.viewers.len() {
-            let m = ToViewer::Record(r.clone());
-            if sim.viewers[i].host_sends(m, QUEUE, &sim.host.world) {
-                sim.trace_resync(i);
-            }
-        }
         batch.push(r);
         if let Some(p) = sim.host.perturbed.take() {
             sim.event(format!("host perturbed body {} at step {}", p.body, p.step));
@@ -484,15 +525,6 @@ fn host_tick(sim: &mut Sim) {
         }
     }
     publish(sim, batch);
-}
-
-impl Sim {
-    fn trace_resync(&mut self, viewer: usize) {
-        self.event(format!(
-            "host resyncs viewer {viewer} at step {}",
-            self.host.world.step
-        ));
-    }
 }
 
 /// The host's records of a tick to the NATS stream (dropped while the server is away;
@@ -542,12 +574,4 @@ fn publish(sim: &mut Sim, batch: Vec<Record>) {
 /// The host's world at `step`, from its ring.
 fn world_before(sim: &Sim, step: u64) -> Option<World> {
     sim.host.drift_reply(step).world
-}
-
-/// A snapshot message.
-pub fn snapshot(kind: SnapshotKind, world: &World) -> ToViewer {
-    ToViewer::Snapshot {
-        kind,
-        world: world.clone(),
-    }
 }

@@ -2,6 +2,7 @@
 //! seeds, or one seed with its trace (docs/reliability.md).
 
 use clap::Parser;
+use ostm_protocol::reader::tcp::Plant as ReaderPlant;
 use ostm_protocol::session::Plant;
 use ostm_simulation::{run, run_pair, Config};
 use std::process::ExitCode;
@@ -84,6 +85,9 @@ fn main() -> ExitCode {
         for (_, name) in Plant::ALL {
             println!("{name}");
         }
+        for (_, name) in ReaderPlant::ALL {
+            println!("{name}");
+        }
         println!("{RECOVER_UNVERIFIED}");
         println!("{RENAME_BEFORE_SYNC}");
         return ExitCode::SUCCESS;
@@ -102,6 +106,8 @@ fn main() -> ExitCode {
             ostm_protocol::format::recording::journal::plant_rename_before_sync();
         } else if let Some((p, _)) = Plant::ALL.iter().find(|(_, n)| n == name) {
             cfg.plant = Some(*p);
+        } else if let Some((p, _)) = ReaderPlant::ALL.iter().find(|(_, n)| n == name) {
+            cfg.reader_plant = Some(*p);
         } else {
             eprintln!(
                 "ostm-simulate: --plant {name}: no such plant; `ostm-simulate --list-plants` names them"
@@ -169,7 +175,11 @@ fn main() -> ExitCode {
     if nondeterministic > 0 {
         return ExitCode::from(2);
     }
-    if cfg.plant.is_some() || cfg.plant_recover_unverified || cfg.plant_rename_before_sync {
+    if cfg.plant.is_some()
+        || cfg.reader_plant.is_some()
+        || cfg.plant_recover_unverified
+        || cfg.plant_rename_before_sync
+    {
         match first_caught {
             Some(seed) => println!("the planted fault was caught, first by seed {seed}"),
             None => println!("the planted fault was NOT caught: the simulation has a hole"),

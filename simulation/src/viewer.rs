@@ -1,16 +1,16 @@
-//! A viewer: the real verifier and NATS feed, fed by a modelled reader, and its recording
-//! written with the real recorder.
+//! A viewer: the real verifier, fed over TCP by the real reader ([`crate::tcp`]) or over
+//! NATS by the real feed from a modelled reader, and its recording written with the real
+//! recorder.
 
 use crate::check::{self, FINISH, WRITE};
-use crate::{snapshot, Sim, Stored, SILENCE_TICKS, SOCKET, TICK_MS};
+use crate::{Sim, Stored, TICK_MS};
 use ostm_protocol::format::recording::journal::{record_check, DropKind, RECORD_OVERHEAD};
 use ostm_protocol::format::recording::{assemble, journal_path, numbered, Durability, Recorder};
+use ostm_protocol::session::Goal;
 use ostm_protocol::session::{Event, Feed, Input, Limits, Plant, Restart, Transmit, Verifier};
-use ostm_protocol::session::{Goal, REPLACED};
 use ostm_protocol::sim::op::decode_input;
-use ostm_protocol::wire::{DriftReply, End, Record, RecordRef, SnapshotKind, ToViewer};
-use ostm_protocol::World;
-use std::collections::{BTreeMap, VecDeque};
+use ostm_protocol::wire::{DriftReply, Record, RecordRef};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,9 +20,6 @@ pub enum Transport {
     Tcp,
     Nats,
 }
-
-/// A message and the life of the host that sent it.
-type Sent = (u32, ToViewer);
 
 /// The viewer's recording: one file per unbroken run of verified steps.
 pub struct Recording {
@@ -46,29 +43,15 @@ pub struct Recording {
 pub struct Viewer {
     pub id: usize,
     pub transport: Transport,
-    join_at: u64,
+    pub join_at: u64,
     /// Messages it reads a tick.
     pub speed: usize,
     pub core: Verifier,
     feed: Feed,
-    /// Its connection's number (0 before the first).
+    /// Its connection's number on NATS (0 before it attaches).
     conn: u64,
-    /// The host sends on the connection.
-    connected: bool,
-    /// The life of the host at the other end of the connection.
-    host_life: u32,
-    /// At the host, not yet on the wire.
-    host_queue: VecDeque<Sent>,
-    /// On the wire: (arrival tick, message).
-    wire: VecDeque<(u64, Sent)>,
-    /// In the viewer's socket, unread.
-    arrived: VecDeque<Sent>,
-    /// The connection closed: once `arrived` is read, the reader sees it.
-    closed: bool,
-    reconnect_at: Option<u64>,
-    last_heard: u64,
-    latency: u64,
-    pub stall_until: u64,
+    /// Ticks each way on its link.
+    pub latency: u64,
     pub paused_until: u64,
     pub slow_until: u64,
     /// NATS: the next stored message to read.
@@ -91,9 +74,12 @@ pub struct Viewer {
     pub waiting_at_end: bool,
     /// It stopped because its recording's disk filled, as the real viewer does.
     pub stopped_by_full_disk: bool,
-    /// The host sent it the end in place of a resync: its world is behind the host's
-    /// last step.
+    /// The host's end came while its world was behind the end's host step (the end in
+    /// place of a resync).
     pub ended_behind: bool,
+    /// Its reader stopped for good for a reason the run explains (its reconnection budget
+    /// ran out, its first connection met a fault, it came after the host's end).
+    pub lost_for_good: bool,
 }
 
 impl Viewer {
@@ -119,6 +105,7 @@ impl Viewer {
             core.plant(p);
         }
         let speed = 2 + (id * 7 + join_at as usize) % 5;
+        let latency = 1 + (join_at % 7);
         Viewer {
             id,
             transport,
@@ -127,16 +114,7 @@ impl Viewer {
             core,
             feed: Feed::new(),
             conn: 0,
-            connected: false,
-            host_life: 0,
-            host_queue: VecDeque::new(),
-            wire: VecDeque::new(),
-            arrived: VecDeque::new(),
-            closed: false,
-            reconnect_at: None,
-            last_heard: 0,
-            latency: 1 + (join_at % 7),
-            stall_until: 0,
+            latency,
             paused_until: 0,
             slow_until: 0,
             cursor: 0,
@@ -160,67 +138,8 @@ impl Viewer {
             waiting_at_end: false,
             stopped_by_full_disk: false,
             ended_behind: false,
+            lost_for_good: false,
         }
-    }
-
-    /// The host sends `m` on this viewer's connection; a record past the queue's bound
-    /// resyncs it (the queue dropped, a snapshot at the host's world). Returns whether it
-    /// resynced.
-    pub fn host_sends(&mut self, m: ToViewer, queue: usize, host_world: &World) -> bool {
-        if !self.connected || self.transport != Transport::Tcp {
-            return false;
-        }
-        let life = self.host_life;
-        let is_record = matches!(m, ToViewer::Record(_));
-        self.host_queue.push_back((life, m));
-        if is_record && self.host_queue.len() > queue {
-            // The records queued go; a snapshot not yet sent stays.
-            self.host_queue
-                .retain(|(_, m)| matches!(m, ToViewer::Snapshot { .. }));
-            self.host_queue
-                .push_back((life, snapshot(SnapshotKind::Resync, host_world)));
-            return true;
-        }
-        false
-    }
-
-    /// The host ends the stream on this viewer's connection. A resync still queued, not
-    /// yet sent, is one the real host's connection had not taken yet: when it takes, the
-    /// stream has ended, and a viewer more than the queue behind gets the end in place of
-    /// the resync (docs/protocol.md, "`0x85` end"). Returns whether it did so.
-    pub fn host_ends(&mut self, end: End) -> bool {
-        if !self.connected || self.transport != Transport::Tcp {
-            return false;
-        }
-        let resync = self.host_queue.iter().position(|(_, m)| {
-            matches!(
-                m,
-                ToViewer::Snapshot {
-                    kind: SnapshotKind::Resync,
-                    ..
-                }
-            )
-        });
-        if let Some(at) = resync {
-            self.host_queue.truncate(at);
-            self.ended_behind = true;
-        }
-        self.host_queue
-            .push_back((self.host_life, ToViewer::End(end)));
-        resync.is_some()
-    }
-
-    /// The connection is cut: the host stops sending, what is on the wire is lost, what
-    /// arrived is still read. Returns whether there was a connection.
-    pub fn cut(&mut self, _now: u64) -> bool {
-        if self.transport != Transport::Tcp || !self.connected {
-            return false;
-        }
-        self.connected = false;
-        self.host_queue.clear();
-        self.wire.clear();
-        self.closed = true;
-        true
     }
 }
 
@@ -229,11 +148,10 @@ pub fn tick(sim: &mut Sim, i: usize) {
     if sim.viewers[i].core.is_stopped() {
         return;
     }
-    match sim.viewers[i].transport {
-        Transport::Tcp => tcp_tick(sim, i),
-        Transport::Nats => nats_tick(sim, i),
+    if sim.viewers[i].transport == Transport::Nats {
+        nats_tick(sim, i);
+        drift_tick(sim, i);
     }
-    drift_tick(sim, i);
     events(sim, i);
     flush_recording(sim, i);
 }
@@ -242,6 +160,10 @@ pub fn tick(sim: &mut Sim, i: usize) {
 /// passed on the simulated clock.
 fn flush_recording(sim: &mut Sim, i: usize) {
     let now = sim.now;
+    if sim.viewers[i].core.poll_timeout().is_some() {
+        // The session waits for a drift reply: it flushes nothing meanwhile.
+        return;
+    }
     let Some(rec) = sim.viewers[i].recording.as_mut() else {
         return;
     };
@@ -251,97 +173,6 @@ fn flush_recording(sim: &mut Sim, i: usize) {
     };
     if let Err(e) = cur.flush_due(at) {
         write_failed(sim, i, WRITE, e);
-    }
-}
-
-fn tcp_tick(sim: &mut Sim, i: usize) {
-    let now = sim.now;
-    let host_up = sim.host_down_until.is_none() && !sim.ended;
-    let life = sim.host.life;
-    let v = &mut sim.viewers[i];
-    // Connect: the first time at its join tick, again after a lost connection.
-    let due = if v.conn == 0 {
-        now >= v.join_at
-    } else {
-        v.reconnect_at.is_some_and(|t| now >= t)
-    };
-    if due && !v.connected && v.arrived.is_empty() && !v.closed && host_up {
-        v.conn += 1;
-        v.connected = true;
-        v.reconnect_at = None;
-        v.last_heard = now;
-        v.host_life = life;
-        v.host_queue
-            .push_back((life, snapshot(SnapshotKind::Attach, &sim.host.world)));
-        let (id, conn, step) = (v.id, v.conn, sim.host.world.step);
-        sim.event(format!(
-            "viewer {id} connects (connection {conn}) at host step {step}"
-        ));
-    }
-    let v = &mut sim.viewers[i];
-    // The network: the host's queue onto the wire, in order, unless stalled.
-    if now >= v.stall_until {
-        let mut last = v.wire.back().map_or(0, |(t, _)| *t);
-        for _ in 0..8 {
-            if v.wire.len() + v.arrived.len() >= SOCKET {
-                break;
-            }
-            let Some(m) = v.host_queue.pop_front() else {
-                break;
-            };
-            last = last.max(now + v.latency);
-            v.wire.push_back((last, m));
-        }
-    }
-    while v.wire.front().is_some_and(|(t, _)| *t <= now) {
-        if let Some((_, m)) = v.wire.pop_front() {
-            v.arrived.push_back(m);
-        }
-    }
-    if now < v.paused_until {
-        return;
-    }
-    // The reader reads what waits in its socket before it judges silence.
-    let speed = if now < v.slow_until { 1 } else { v.speed };
-    for _ in 0..speed {
-        let Some((life, m)) = sim.viewers[i].arrived.pop_front() else {
-            break;
-        };
-        sim.viewers[i].last_heard = now;
-        take(sim, i, life, m);
-        if sim.viewers[i].core.is_stopped() || sim.violation.is_some() {
-            return;
-        }
-    }
-    let v = &mut sim.viewers[i];
-    if !v.arrived.is_empty() || v.conn == 0 || v.reconnect_at.is_some() {
-        return;
-    }
-    let why = if v.closed {
-        Some("the connection was closed".to_string())
-    } else if v.connected && now.saturating_sub(v.last_heard) > SILENCE_TICKS {
-        Some(format!(
-            "the host sent nothing for {} ms",
-            SILENCE_TICKS * TICK_MS
-        ))
-    } else {
-        None
-    };
-    if let Some(why) = why {
-        v.connected = false;
-        v.closed = false;
-        v.host_queue.clear();
-        v.wire.clear();
-        v.reconnect_at = Some(now + 3 + (v.id as u64 % 5));
-        let id = v.id;
-        // Before its first snapshot the reader only connects again.
-        if v.core.attached_at().is_some() {
-            v.core.handle(Input::Lost {
-                why: why.clone(),
-                last: false,
-            });
-        }
-        sim.event(format!("viewer {id} lost its connection: {why}"));
     }
 }
 
@@ -424,71 +255,29 @@ fn nats_record(sim: &mut Sim, i: usize, life: u32, r: &Record) {
     let at = v.core.world().step;
     let rr = RecordRef::from(r);
     let waiting = v.core.is_waiting();
-    note_perturbed(sim, i, r, at);
+    note_perturbed(sim, i, r.step, at);
     let v = &mut sim.viewers[i];
     let fed = v.feed.record(&mut v.core, rr, &ops);
     if waiting && !v.core.is_waiting() {
         v.life = life;
     }
     if let Some(hash) = fed {
-        verified(sim, i, r, hash);
+        verified(sim, i, rr, hash);
     }
 }
 
 /// The viewer met the perturbed record with its world at the step before it.
-fn note_perturbed(sim: &mut Sim, i: usize, r: &Record, world_step: u64) {
+pub fn note_perturbed(sim: &mut Sim, i: usize, step: u64, world_step: u64) {
     if let Some((life, p)) = sim.planted {
         let v = &mut sim.viewers[i];
-        if v.life == life && r.step + 1 == p.step && world_step == r.step && !v.core.is_waiting() {
+        if v.life == life && step + 1 == p.step && world_step == step && !v.core.is_waiting() {
             v.met_perturbed = true;
         }
     }
 }
 
-/// A TCP message read by the viewer.
-fn take(sim: &mut Sim, i: usize, life: u32, m: ToViewer) {
-    match m {
-        ToViewer::Snapshot { kind, world } => {
-            let v = &mut sim.viewers[i];
-            v.life = life;
-            let step = world.step;
-            let input = match kind {
-                SnapshotKind::Attach => Input::Attached {
-                    world,
-                    connection: v.conn,
-                },
-                SnapshotKind::Resync => Input::Resync(world),
-            };
-            v.core.handle(input);
-            let what = match kind {
-                SnapshotKind::Attach => "attach",
-                SnapshotKind::Resync => "resync",
-            };
-            sim.event(format!(
-                "viewer {i} takes the {what} snapshot at step {step}"
-            ));
-        }
-        ToViewer::Record(r) => {
-            let ops = decode_input("record", &r.input, 0).unwrap_or_default();
-            let at = sim.viewers[i].core.world().step;
-            note_perturbed(sim, i, &r, at);
-            let v = &mut sim.viewers[i];
-            if let Some(hash) = v.core.handle_record(RecordRef::from(&r), &ops) {
-                verified(sim, i, &r, hash);
-            }
-        }
-        ToViewer::End(e) => {
-            let v = &mut sim.viewers[i];
-            v.waiting_at_end = v.core.is_waiting();
-            v.core.handle(Input::End(e));
-        }
-        ToViewer::Welcome(_) | ToViewer::Heartbeat { .. } | ToViewer::DriftReply(_) => {}
-    }
-    events(sim, i);
-}
-
 /// A record verified: checked, then recorded.
-fn verified(sim: &mut Sim, i: usize, r: &Record, hash: u64) {
+pub fn verified(sim: &mut Sim, i: usize, r: RecordRef<'_>, hash: u64) {
     // A restart the feed made on the way (a keyframe that closed a gap) starts its new
     // file before this step goes in.
     events(sim, i);
@@ -506,7 +295,7 @@ fn verified(sim: &mut Sim, i: usize, r: &Record, hash: u64) {
         .recording
         .as_mut()
         .and_then(|rec| rec.current.as_mut())
-        .map_or(Ok(()), |cur| cur.push(&r.input, hash));
+        .map_or(Ok(()), |cur| cur.push(r.input, hash));
     if let Err(e) = pushed {
         write_failed(sim, i, WRITE, e);
     }
@@ -586,14 +375,12 @@ pub fn fill_disk(sim: &mut Sim, i: usize) -> bool {
     true
 }
 
-/// The drift request's round trip.
+/// The drift request's round trip on NATS.
 fn drift_tick(sim: &mut Sim, i: usize) {
     let now = sim.now;
-    if let Some(Transmit::DriftRequest { step, connection }) = sim.viewers[i].core.poll_transmit() {
+    if let Some(Transmit::DriftRequest { step, .. }) = sim.viewers[i].core.poll_transmit() {
         let v = &sim.viewers[i];
-        let reply = if v.transport == Transport::Tcp && (connection != v.conn || !v.connected) {
-            Err(REPLACED.to_string())
-        } else if sim.host_down_until.is_some() || sim.host.life != v.life {
+        let reply = if sim.host_down_until.is_some() || sim.host.life != v.life {
             Err("the host that sent the step is gone".to_string())
         } else {
             Ok(sim.host.drift_reply(step))

@@ -76,3 +76,45 @@ fn a_full_disk_is_met_while_writing_and_while_finishing() {
     }
     assert!(writing > 0 && finishing > 0, "{writing} {finishing}");
 }
+
+#[test]
+fn a_planted_reader_fault_is_caught() {
+    let cfg = Config {
+        reader_plant: Some(ostm_protocol::reader::tcp::Plant::RunCutWrong),
+        ..config("reader-plant")
+    };
+    let caught = (0..50).find_map(|seed| run(seed, &cfg).violation.map(|v| (seed, v)));
+    let (seed, why) = caught.expect("some seed catches the plant");
+    assert!(
+        why.contains("expected a record for step"),
+        "seed {seed}: {why}"
+    );
+}
+
+/// Over TCP the host's connection machine and the viewer's reader machine meet their
+/// rules within the first 60 seeds: the host resyncs a viewer that fell behind, drops one
+/// whose writes stalled, answers a drift request; readers reconnect, also after a stream
+/// cut in the middle of a frame.
+#[test]
+fn the_tcp_machines_meet_their_rules() {
+    let cfg = Config {
+        trace: true,
+        ..config("tcp")
+    };
+    let mut trace = String::new();
+    for seed in 0..60 {
+        let o = run(seed, &cfg);
+        assert_eq!(o.violation, None, "seed {seed}");
+        trace.push_str(&o.trace);
+    }
+    for what in [
+        "host resyncs viewer",
+        "dropped: stalled",
+        "host answers viewer",
+        "reconnects in",
+        "connection closed inside a frame",
+        "reader attaches (connection 2)",
+    ] {
+        assert!(trace.contains(what), "no {what:?} in 60 seeds");
+    }
+}
