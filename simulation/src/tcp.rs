@@ -20,13 +20,13 @@ use crate::check;
 use crate::viewer::{self, events};
 use crate::{Sim, QUEUE, TICK_MS};
 use bytes::{Bytes, BytesMut};
-use ostm_protocol::reader::tcp::{self, Event as ReaderEvent, Reader};
+use ostm_protocol::reader::tcp::{self, Event as ReaderEvent, Reader, HOST_CLOSED};
 use ostm_protocol::reader::Arrival;
 use ostm_protocol::serve::conn::{Event, Millis, Request, Take};
 use ostm_protocol::serve::{pair, Conn};
 use ostm_protocol::session::{Transmit, REPLACED};
 use ostm_protocol::sim::op::decode_input;
-use ostm_protocol::wire::{DriftReply, EncodedFrame, ToHost, ViewerCodec};
+use ostm_protocol::wire::{DriftReply, EncodedFrame, RecordRef, ToHost, ViewerCodec};
 use std::collections::VecDeque;
 
 /// The bytes a connection's socket buffers hold toward the viewer (the host's send
@@ -36,8 +36,6 @@ pub const SOCKET: usize = 4096;
 pub const SLOW: usize = 12;
 /// The host's address, as the reader's texts name it.
 pub const ADDR: &str = "127.0.0.1:7878";
-/// What the viewer's session is told when a drift request's connection ends first.
-const HOST_CLOSED: &str = "the host closed the connection before it answered";
 /// How long the host gives its connections to deliver what they owe after the end
 /// (its stall timeout, as `ostm-host`'s shutdown), then how long it lets them linger.
 const DELIVERY_MS: u64 = 5_000;
@@ -183,11 +181,6 @@ impl Link {
         let id = id?;
         self.wires.iter_mut().find(|w| w.id == id)
     }
-
-    /// Whether the reader has started.
-    pub fn started(&self) -> bool {
-        self.reader.is_some()
-    }
 }
 
 /// Takes viewer `i`'s link out to work on it beside the run (put back by [`put`]).
@@ -276,7 +269,7 @@ fn host_wire(sim: &mut Sim, i: usize, w: &mut Wire, over: bool) {
     if conn.is_closed() {
         // The host drops the socket: what it holds goes out, then the close.
         w.write = None;
-        w.to_viewer.push_back((now + 1, Seg::Fin));
+        w.to_viewer.push_back((now + w.latency, Seg::Fin));
         sim.event(format!("host closes viewer {i}'s connection {}", w.id));
     } else {
         w.conn = Some(conn);
@@ -414,14 +407,12 @@ pub fn kill(sim: &mut Sim) {
         let Some(mut link) = take(sim, i) else {
             continue;
         };
-        if !link.started() || link.attached == 0 {
-            link.faulted_early = true;
-        }
+        link.faulted_early |= link.attached == 0;
         for w in &mut link.wires {
             if w.conn.take().is_some() {
                 w.write = None;
                 w.to_host.clear();
-                w.to_viewer.push_back((now + 1, Seg::Fin));
+                w.to_viewer.push_back((now + w.latency, Seg::Fin));
             }
         }
         link.wires.retain(|w| !w.done());
@@ -519,7 +510,6 @@ pub fn tick(sim: &mut Sim, i: usize) {
             tls: false,
             one_at_a_time: false,
         };
-        #[allow(unused_mut)]
         let mut reader = Reader::new(cfg, ms(now));
         if let Some(p) = sim.cfg.reader_plant {
             reader.plant(p);
@@ -776,7 +766,6 @@ fn connect(sim: &mut Sim, i: usize, link: &mut Link) {
     let outcome = if host_up(sim) && now >= link.down_until {
         let id = link.next_wire;
         link.next_wire += 1;
-        #[allow(unused_mut)]
         let mut conn = Conn::new(config(), pair::PEER, ms(now));
         if let Some(p) = sim.cfg.plant {
             conn.plant(p);
@@ -834,7 +823,6 @@ fn close_current(sim: &mut Sim, link: &mut Link) {
 /// The viewer's session: the drift request's round trip, else the spool's arrivals into
 /// the verifier (`speed` records a tick), as `viewer/src/live/session.rs` takes them.
 fn session(sim: &mut Sim, i: usize) {
-    let now = sim.now;
     drift(sim, i);
     if sim.viewers[i].core.poll_timeout().is_some() {
         return;
@@ -848,14 +836,23 @@ fn session(sim: &mut Sim, i: usize) {
         };
         match a {
             Arrival::Record(r) => {
-                record(sim, i, life, ostm_protocol::wire::RecordRef::from(&r), None);
+                record(sim, i, RecordRef::from(&r), None);
                 taken += 1;
             }
             Arrival::Records(run) => {
-                let _ = run.decode_each(&mut ops, |r, ops| {
-                    record(sim, i, life, r, Some(ops));
-                    !sim.viewers[i].core.is_stopped() && sim.violation.is_none()
+                // Record by record; a drift's round trip comes before the next (the
+                // session stops at it).
+                let decoded = run.decode_each(&mut ops, |r, ops| {
+                    record(sim, i, r, Some(ops));
+                    let v = &sim.viewers[i];
+                    !v.core.is_stopped()
+                        && v.core.poll_timeout().is_none()
+                        && sim.violation.is_none()
                 });
+                if let Err(e) = decoded {
+                    sim.viewers[i].core.fail(format!("protocol error: {e}"));
+                    events(sim, i);
+                }
                 taken += run.count();
             }
             a => {
@@ -884,17 +881,10 @@ fn session(sim: &mut Sim, i: usize) {
     if let Some(r) = sim.links[i].as_mut().and_then(|l| l.reader.as_mut()) {
         r.handle_viewer_step(step);
     }
-    let _ = now;
 }
 
 /// One record into the verifier, then the recorder.
-fn record(
-    sim: &mut Sim,
-    i: usize,
-    life: u32,
-    r: ostm_protocol::wire::RecordRef<'_>,
-    ops: Option<&[ostm_protocol::Op]>,
-) {
+fn record(sim: &mut Sim, i: usize, r: RecordRef<'_>, ops: Option<&[ostm_protocol::Op]>) {
     let decoded;
     let ops = match ops {
         Some(ops) => ops,
@@ -904,7 +894,6 @@ fn record(
         }
     };
     let at = sim.viewers[i].core.world().step;
-    let _ = life;
     viewer::note_perturbed(sim, i, r.step, at);
     if let Some(hash) = sim.viewers[i].core.handle_record(r, ops) {
         viewer::verified(sim, i, r, hash);

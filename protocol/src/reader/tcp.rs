@@ -34,6 +34,10 @@ pub const RECONNECT_FIRST_WAIT_MS: u64 = 250;
 /// The longest wait between two reconnection attempts.
 pub const RECONNECT_MAX_WAIT_MS: u64 = 5_000;
 
+/// Why a drift request on TCP gets no answer once its connection's stream has ended
+/// ([`Event::StreamEnded`]).
+pub const HOST_CLOSED: &str = "the host has closed the connection; it cannot be asked any more";
+
 /// What the reader is told of its task.
 #[derive(Debug, Clone, Default)]
 pub struct Config {

@@ -42,7 +42,7 @@ impl Interrupt {
 }
 
 /// Why a drift request on TCP gets no answer once the connection has ended.
-pub const HOST_CLOSED: &str = "the host has closed the connection; it cannot be asked any more";
+pub use ostm_protocol::reader::tcp::HOST_CLOSED;
 /// Why a drift request through NATS gets no answer once the reader has stopped.
 pub const NATS_READER_STOPPED: &str =
     "the viewer's NATS reader has stopped; the host cannot be asked through it any more";
