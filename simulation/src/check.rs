@@ -8,8 +8,12 @@
 //! viewer it heard from within the timeout nor ends a stream before the records owed. At
 //! the end: every recording and everything recovered verifies and holds only verified steps; the verdict names every
 //! step never verified; `ok` only when the viewer's world reached the host's last step
-//! and the count adds up; a planted drift met is reported. Liveness (`--liveness`): once the
-//! faults stop, every viewer verifies again up to the host's last step.
+//! and the count adds up, and every step from the attach to the end is verified or in a
+//! named gap or resync; a planted drift met is reported; a step the NATS cluster lost
+//! after acknowledging it is named as a gap by every viewer it passed; two viewers agree
+//! on every step both verified; the stream stores each message id once. Liveness
+//! (`--liveness`): once the faults stop, every viewer verifies again up to the host's
+//! last step.
 
 use crate::{Sim, QUEUE, TICK_MS};
 use ostm_protocol::format::ostm::{Replay, Verdict};
@@ -23,6 +27,8 @@ use std::collections::BTreeSet;
 /// disk), and when its finish does: the only failures a full disk may explain.
 pub const WRITE: &str = "cannot write the recording";
 pub const FINISH: &str = "cannot finish the recording";
+/// The end of the NATS reader's refusal of a keyframe of another world.
+pub const ANOTHER_WORLD: &str = "found one of another world";
 
 /// A record verified by viewer `i` for `step` of the host's life `life`, with `hash`.
 pub fn on_verified(sim: &mut Sim, i: usize, life: u32, step: u64, hash: u64) {
@@ -147,6 +153,8 @@ pub fn on_stop(sim: &mut Sim, i: usize) {
             },
         },
         Some(Stop::Failed(Failure::KeyframeOfAnotherWorld)) if foreign => None,
+        // The NATS reader refuses the stray keyframe, naming its place.
+        Some(Stop::Failed(Failure::Other(s))) if foreign && s.contains(ANOTHER_WORLD) => None,
         Some(Stop::Failed(Failure::Other(s)))
             if v.stopped_by_full_disk
                 && [WRITE, FINISH]
@@ -197,6 +205,9 @@ pub fn at_end(sim: &mut Sim) {
     for i in 0..sim.viewers.len() {
         verdict_names_every_gap(sim, i);
         ok_only_at_the_hosts_last_step(sim, i);
+        ok_accounts_for_every_step(sim, i);
+        lost_acknowledged_named(sim, i);
+        nats_gap_explained_by_the_stream(sim, i);
         planted_drift_reported(sim, i);
         recordings_verify(sim, i);
         if sim.cfg.liveness {
@@ -205,6 +216,148 @@ pub fn at_end(sim: &mut Sim) {
         if sim.violation.is_some() {
             return;
         }
+    }
+    viewers_agree(sim);
+    stream_stores_each_id_once(sim);
+}
+
+/// The named stretches of viewer `i`'s verdict (gaps, an open one included, and resyncs),
+/// each `from..to`.
+fn named(sim: &Sim, i: usize) -> Vec<(u64, u64)> {
+    let s = sim.viewers[i].core.summary(sim.host.world.step);
+    s.gaps
+        .iter()
+        .chain(s.resynced.iter())
+        .map(|g| (g.from, g.to))
+        .collect()
+}
+
+/// An `ok` verdict accounts for every step from the attach to the end's host step: each
+/// one verified, or in a gap or resync the verdict names, never both.
+fn ok_accounts_for_every_step(sim: &mut Sim, i: usize) {
+    let v = &sim.viewers[i];
+    let (Some(Stop::HostEnded(end)), Some(from)) = (v.core.stop(), v.core.attached_at()) else {
+        return;
+    };
+    let s = v.core.summary(sim.host.world.step);
+    // A host restarted numbers its steps again: the stretches are of two lives.
+    if !end.reason.is_clean() || s.tally().open || sim.host.life != 0 {
+        return;
+    }
+    let named = named(sim, i);
+    let in_named = |step: u64| named.iter().any(|&(f, t)| f <= step && step < t);
+    let mut verified = v.verified.iter().map(|&(_, step)| step).peekable();
+    let mut why = None;
+    for step in from..end.host_step {
+        let was = verified.peek() == Some(&step);
+        if was {
+            verified.next();
+        }
+        match (was, in_named(step)) {
+            (true, true) => {
+                why = Some(format!(
+                    "viewer {i}: ok, and step {step} is both verified and in a named gap or resync"
+                ));
+            }
+            (false, false) => {
+                why = Some(format!(
+                    "viewer {i}: ok, though step {step} (from the attach at {from} to the end at {}) was neither verified nor named",
+                    end.host_step
+                ));
+            }
+            _ => {}
+        }
+        if why.is_some() {
+            break;
+        }
+    }
+    if let Some(why) = why {
+        sim.violate(why);
+    }
+}
+
+/// A step the NATS cluster lost after acknowledging it (a gap the host never dropped) is
+/// verified (read before the loss) or named as a gap by every NATS viewer whose stretch
+/// from its attach to its last step passed it.
+fn lost_acknowledged_named(sim: &mut Sim, i: usize) {
+    let Some(n) = sim.stream.as_ref() else {
+        return;
+    };
+    let v = &sim.viewers[i];
+    let (Some(from), true) = (v.core.attached_at(), v.reads_nats()) else {
+        return;
+    };
+    // Passed: a step verified after it.
+    let to = v.verified.last().map_or(from, |&(_, s)| s.max(from));
+    let named = named(sim, i);
+    let lost = n.lost_steps.range(from..to).find(|&&s| {
+        !v.hashes.contains_key(&(0, s)) && !named.iter().any(|&(f, t)| f <= s && s < t)
+    });
+    if let Some(&step) = lost {
+        let why = format!(
+            "viewer {i}: step {step}, lost by the NATS cluster after it was acknowledged, was passed over: neither verified nor in a named gap"
+        );
+        sim.violate(why);
+    }
+}
+
+/// A NATS viewer's gap left open at the end is explained by the stream (its reader's
+/// reasons name it), never by a host's queue, which NATS has not.
+fn nats_gap_explained_by_the_stream(sim: &mut Sim, i: usize) {
+    let Some(n) = sim.stream.as_ref() else {
+        return;
+    };
+    let v = &sim.viewers[i];
+    if !v.reads_nats() || !matches!(v.core.stop(), Some(Stop::HostEnded(_))) {
+        return;
+    }
+    let s = v.core.summary(sim.host.world.step);
+    let stream = n.session.stream();
+    if let Some(why) = s.open_gap.filter(|w| !w.contains(&stream)) {
+        sim.violate(format!(
+            "viewer {i} (NATS): its gap open at the end is explained as \"{why}\", not by the stream"
+        ));
+    }
+}
+
+/// Two viewers agree on every step both verified (of the same host life).
+fn viewers_agree(sim: &mut Sim) {
+    let mut why = None;
+    'pairs: for a in 0..sim.viewers.len() {
+        for b in a + 1..sim.viewers.len() {
+            let (x, y) = (&sim.viewers[a].hashes, &sim.viewers[b].hashes);
+            for (key, h) in x {
+                if y.get(key).is_some_and(|g| g != h) {
+                    why = Some(format!(
+                        "viewers {a} and {b} verified step {} with different hashes",
+                        key.1
+                    ));
+                    break 'pairs;
+                }
+            }
+        }
+    }
+    if let Some(why) = why {
+        sim.violate(why);
+    }
+}
+
+/// The stream stores each message id once (a repeat within the duplicate window is not
+/// stored again).
+fn stream_stores_each_id_once(sim: &mut Sim) {
+    let Some(n) = sim.stream.as_ref() else {
+        return;
+    };
+    let mut seen = BTreeSet::new();
+    let twice = n
+        .cluster
+        .stored()
+        .find(|e| !seen.insert(e.id.as_str()))
+        .map(|e| (e.id.clone(), e.seq));
+    if let Some((id, seq)) = twice {
+        sim.violate(format!(
+            "the stream stores the message id {id} twice (again at sequence {seq})"
+        ));
     }
 }
 
@@ -377,6 +530,8 @@ fn verifying_again(sim: &mut Sim, i: usize) {
             v.core.stop(),
             Some(Stop::Drift(_) | Stop::Failed(Failure::KeyframeOfAnotherWorld))
         )
+        || matches!(v.core.stop(), Some(Stop::Failed(Failure::Other(s))) if s.contains(ANOTHER_WORLD))
+        || sim.stream.as_ref().is_some_and(|n| n.stranded(i))
     {
         return;
     }

@@ -6,9 +6,10 @@
 //! ([`ostm_protocol::session::Verifier`]). Over TCP ([`tcp`]) every connection is the
 //! host's real connection machine and the viewer's real reader machine with a simulated
 //! network of bytes between them (latency, partial writes, bounded socket buffers, stalls,
-//! a slow link, cuts, a host killed and started again); over NATS a stream the host
-//! publishes to, read through the real [`Feed`] by a modelled reader, with duplicates,
-//! reordering, keyframes met late and a server that goes and comes back. Recordings are written with the real recorder into a scratch
+//! a slow link, cuts, a host killed and started again); over NATS ([`nats`]) the host's real
+//! publisher machine publishing to a simulated JetStream ([`jetstream`]: sequences, the
+//! duplicate window, retention, a cluster whose nodes fail) and the viewer's real reader
+//! machine reading it. Recordings are written with the real recorder into a scratch
 //! directory, crashed with their tail torn and recovered with the real `assemble`. Every
 //! choice — rates, delays, which fault and when — comes from the seed, so a run is a pure
 //! function of its seed and plant: its trace is the same byte for byte every time.
@@ -19,12 +20,16 @@
 //! # Layout
 //! - [`host`]: the host's world, its rings of records and worlds, its end.
 //! - [`tcp`]: the TCP connections: the host's machine, the network, the viewer's reader.
-//! - [`viewer`]: a viewer: the verifier, its NATS reader model, its recording.
+//! - [`nats`]: the NATS side: the host's publisher, the NATS viewers' readers, its faults.
+//! - [`jetstream`]: the simulated JetStream and its cluster.
+//! - [`viewer`]: a viewer: the verifier, its recording.
 //! - [`check`]: the invariants, checked as the run goes and at its end.
 //! - this file: the run, its clock and its faults.
 
 pub mod check;
 pub mod host;
+pub mod jetstream;
+pub mod nats;
 pub mod tcp;
 pub mod viewer;
 
@@ -32,8 +37,8 @@ use host::{Host, Perturb};
 use ostm_protocol::reader::tcp::Plant as ReaderPlant;
 use ostm_protocol::session::Plant;
 use ostm_protocol::sim::rng::Sfc32;
-use ostm_protocol::wire::{End, EndReason, Record};
-use ostm_protocol::{Dims, Setup, World};
+use ostm_protocol::wire::{End, EndReason};
+use ostm_protocol::{Dims, Setup};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use viewer::{Transport, Viewer};
@@ -46,8 +51,6 @@ pub const QUEUE: usize = 96;
 pub const SILENCE_TICKS: u64 = 10_000 / TICK_MS;
 /// Ticks the host runs at least after the faults stop, with `--liveness` (7 s).
 pub const LIVENESS_TAIL: u64 = 700;
-/// Steps between two keyframes on NATS.
-pub const KEYFRAME_EVERY: u64 = 40;
 
 /// What a run is asked to do.
 #[derive(Debug, Clone, Default)]
@@ -56,6 +59,10 @@ pub struct Config {
     pub plant: Option<Plant>,
     /// A fault planted in the viewer's TCP reader.
     pub reader_plant: Option<ReaderPlant>,
+    /// A fault planted in the NATS reader.
+    pub nats_plant: Option<ostm_protocol::reader::nats::Plant>,
+    /// A fault planted in the host's NATS publisher.
+    pub publish_plant: Option<ostm_protocol::serve::publish::Plant>,
     /// A fault planted in the recorder: it assembles a crashed recording without checking
     /// its hash rows (`--plant recover-unverified`).
     pub plant_recover_unverified: bool,
@@ -103,12 +110,27 @@ pub enum Fault {
     /// A viewer's link delivers fewer bytes than the host sends for a while: the host
     /// resyncs it.
     Slow,
-    /// The NATS server goes away and comes back: the host drops its feed meanwhile.
-    ServerAway,
-    /// A NATS message is delivered twice.
+    /// A node of the NATS cluster is killed (losing what it had not flushed) and started
+    /// again.
+    NodeRestart,
+    /// The stream's leader is killed and started again: another replica leads.
+    LeaderKilled,
+    /// Every node of the cluster is killed at once and started again: acknowledged
+    /// messages not flushed are lost.
+    AllNodesKilled,
+    /// The node a NATS viewer reads through is killed for good: it moves to another.
+    NodeGone,
+    /// The next acknowledgements of the stream never reach the host.
+    AckLost,
+    /// The next acknowledgements reach the host after it gave them up.
+    AckLate,
+    /// The host's connection to the server takes no publish for a while (a server slow
+    /// to read): its feed fills.
+    PublishStall,
+    /// A publish is sent twice with its message id: the stream stores it once.
     Duplicate,
-    /// Two NATS messages are delivered in the other order.
-    Reorder,
+    /// A NATS viewer's consumer delivers again from an earlier sequence.
+    Redelivery,
     /// A keyframe of another world is published on the session (a stray publisher).
     ForeignKeyframe,
     /// A recording crashes with its tail torn; it is recovered and recording goes on in a
@@ -118,14 +140,6 @@ pub enum Fault {
     /// 2 KiB, a write cut part way), then every write fails. The viewer stops as the real
     /// one does, its `FILE.part` kept, and what `recover` gives is checked.
     DiskFull,
-}
-
-/// A NATS message as the stream stores it.
-#[derive(Debug, Clone)]
-pub enum Stored {
-    Key(World),
-    Rec(Vec<Record>),
-    End(End),
 }
 
 /// The run.
@@ -144,13 +158,9 @@ pub struct Sim {
     /// Each TCP viewer's connections, the host's machine at their other end, and its
     /// reader (by viewer).
     pub links: Vec<Option<tcp::Link>>,
-    /// The NATS stream: what the server stores, in order.
-    pub stream: Vec<Stored>,
-    /// The server is away until this tick.
-    pub server_away_until: Option<u64>,
-    /// The host dropped records while the server was away: it publishes a keyframe first
-    /// when it is back.
-    pub feed_dropped: bool,
+    /// The NATS side: the stream on its cluster and the host's publisher (when a viewer
+    /// reads through NATS).
+    pub stream: Option<nats::Nats>,
     pub faults: u32,
     pub steps: u64,
     pub violation: Option<String>,
@@ -279,9 +289,7 @@ pub fn run(seed: u64, cfg: &Config) -> Outcome {
         host_gone: false,
         viewers: Vec::new(),
         links: Vec::new(),
-        stream: Vec::new(),
-        server_away_until: None,
-        feed_dropped: false,
+        stream: None,
         faults: 0,
         steps: 0,
         violation: None,
@@ -330,6 +338,7 @@ pub fn run(seed: u64, cfg: &Config) -> Outcome {
         sim.nats |= transport == Transport::Nats;
         sim.viewers.push(v);
     }
+    nats::setup(&mut sim);
     // The run, then time for the end to reach every viewer.
     let last = end_at + SILENCE_TICKS * 2 + 50;
     while sim.now < last && sim.violation.is_none() {
@@ -365,10 +374,13 @@ fn tick(sim: &mut Sim) {
     }
     host_tick(sim);
     tcp::host_tick(sim);
+    nats::host_tick(sim);
     for i in 0..sim.viewers.len() {
         if sim.viewers[i].transport == Transport::Tcp {
             // Its connections close once it has stopped.
             tcp::tick(sim, i);
+        } else if !sim.viewers[i].core.is_stopped() {
+            nats::viewer_tick(sim, i);
         }
         viewer::tick(sim, i);
         if sim.violation.is_some() {
@@ -417,48 +429,7 @@ fn inject(sim: &mut Sim) {
             sim.viewers[who].slow_until = sim.until(ticks);
             sim.fault(Fault::Slow, format!("viewer {who} for {ticks} ticks"));
         }
-        5 if sim.server_away_until.is_none() => {
-            let ticks = 3 + sim.below(80);
-            sim.server_away_until = Some(sim.until(ticks));
-            sim.fault(Fault::ServerAway, format!("for {ticks} ticks"));
-        }
-        6 => {
-            if let Some(m) = sim.stream.last().cloned() {
-                sim.stream.push(m);
-                sim.fault(
-                    Fault::Duplicate,
-                    format!("message {}", sim.stream.len() - 2),
-                );
-            }
-        }
-        7 => {
-            let len = sim.stream.len();
-            if len >= 2 && sim.server_away_until.is_none() {
-                sim.stream.swap(len - 1, len - 2);
-                sim.fault(
-                    Fault::Reorder,
-                    format!("messages {} and {}", len - 2, len - 1),
-                );
-            }
-        }
-        8 if sim.one_in(3)
-            && sim.server_away_until.is_none()
-            && sim
-                .viewers
-                .iter()
-                .all(|v| v.transport != Transport::Nats || v.core.attached_at().is_some()) =>
-        {
-            let mut setup = sim.host.setup;
-            setup.seed ^= 0x2545;
-            let mut w = World::new(setup, None);
-            w.step = sim.host.world.step + 1;
-            sim.stream.push(Stored::Key(w));
-            sim.foreign_keyframes += 1;
-            sim.fault(
-                Fault::ForeignKeyframe,
-                format!("at step {}", sim.host.world.step + 1),
-            );
-        }
+        k @ 5..=8 => nats::inject(sim, k - 5),
         9 if sim.one_in(8) && viewer::fill_disk(sim, who) => {
             sim.fault(Fault::DiskFull, format!("viewer {who}"));
         }
@@ -484,17 +455,9 @@ fn host_tick(sim: &mut Sim) {
             sim.host.plant(p);
         }
         sim.event(format!("host started again, life {life}, at step 0"));
-        // The restarted host's stream on NATS starts again: a keyframe first.
-        sim.feed_dropped = true;
     }
     if sim.ended {
         return;
-    }
-    if let Some(t) = sim.server_away_until {
-        if sim.now >= t {
-            sim.server_away_until = None;
-            sim.event("nats server back");
-        }
     }
     if sim.now >= sim.end_at {
         sim.ended = true;
@@ -506,72 +469,20 @@ fn host_tick(sim: &mut Sim) {
         sim.event(format!("host ends at step {}", sim.host.world.step));
         sim.host.ended = Some(end.clone());
         sim.end_tick = Some(sim.now);
-        if sim.server_away_until.is_none() {
-            sim.stream.push(Stored::End(end));
-        }
+        nats::end(sim, end);
         return;
     }
     let n = 1 + sim.below(3);
-    let mut batch = Vec::new();
     for _ in 0..n {
+        nats::before_step(sim);
         let r = sim.host.step();
         sim.hashes.insert((sim.host.life, r.step), r.hash);
         sim.steps += 1;
-        batch.push(r);
+        nats::record(sim, &r);
         if let Some(p) = sim.host.perturbed.take() {
             sim.event(format!("host perturbed body {} at step {}", p.body, p.step));
             sim.host.perturb = None;
             sim.planted = Some((sim.host.life, p));
         }
     }
-    publish(sim, batch);
-}
-
-/// The host's records of a tick to the NATS stream (dropped while the server is away;
-/// a keyframe first when it is back, and every [`KEYFRAME_EVERY`] steps).
-fn publish(sim: &mut Sim, batch: Vec<Record>) {
-    if sim.server_away_until.is_some() {
-        sim.feed_dropped = true;
-        return;
-    }
-    if sim.feed_dropped {
-        sim.feed_dropped = false;
-        // The keyframe at the step of the first record published after the drop.
-        let mut w = sim.host.world.clone();
-        if let Some(first) = batch.first() {
-            // The host publishes the keyframe of the world before this batch's records.
-            w = world_before(sim, first.step).unwrap_or(w);
-        }
-        let step = w.step;
-        sim.stream.push(Stored::Key(w));
-        // A stray publisher on the session: a keyframe of another world at the same step.
-        let all_attached = sim
-            .viewers
-            .iter()
-            .all(|v| v.transport != Transport::Nats || v.core.attached_at().is_some());
-        if sim.faulty() && all_attached && sim.one_in(4) {
-            let mut setup = sim.host.setup;
-            setup.seed ^= 0x2545;
-            let mut foreign = World::new(setup, None);
-            foreign.step = step;
-            sim.stream.push(Stored::Key(foreign));
-            sim.foreign_keyframes += 1;
-            sim.fault(
-                Fault::ForeignKeyframe,
-                format!("at step {step}, after the host's"),
-            );
-        }
-    }
-    let crosses = batch
-        .iter()
-        .any(|r| (r.step + 1).is_multiple_of(KEYFRAME_EVERY));
-    sim.stream.push(Stored::Rec(batch));
-    if crosses || sim.stream.len() == 1 {
-        sim.stream.push(Stored::Key(sim.host.world.clone()));
-    }
-}
-
-/// The host's world at `step`, from its ring.
-fn world_before(sim: &Sim, step: u64) -> Option<World> {
-    sim.host.drift_reply(step).world
 }

@@ -2,7 +2,9 @@
 //! seeds, or one seed with its trace (docs/reliability.md).
 
 use clap::Parser;
+use ostm_protocol::reader::nats::Plant as NatsPlant;
 use ostm_protocol::reader::tcp::Plant as ReaderPlant;
+use ostm_protocol::serve::publish::Plant as PublishPlant;
 use ostm_protocol::session::Plant;
 use ostm_simulation::{run, run_pair, Config};
 use std::process::ExitCode;
@@ -88,6 +90,12 @@ fn main() -> ExitCode {
         for (_, name) in ReaderPlant::ALL {
             println!("{name}");
         }
+        for (_, name) in NatsPlant::ALL {
+            println!("{name}");
+        }
+        for (_, name) in PublishPlant::ALL {
+            println!("{name}");
+        }
         println!("{RECOVER_UNVERIFIED}");
         println!("{RENAME_BEFORE_SYNC}");
         return ExitCode::SUCCESS;
@@ -108,6 +116,10 @@ fn main() -> ExitCode {
             cfg.plant = Some(*p);
         } else if let Some((p, _)) = ReaderPlant::ALL.iter().find(|(_, n)| n == name) {
             cfg.reader_plant = Some(*p);
+        } else if let Some((p, _)) = NatsPlant::ALL.iter().find(|(_, n)| n == name) {
+            cfg.nats_plant = Some(*p);
+        } else if let Some((p, _)) = PublishPlant::ALL.iter().find(|(_, n)| n == name) {
+            cfg.publish_plant = Some(*p);
         } else {
             eprintln!(
                 "ostm-simulate: --plant {name}: no such plant; `ostm-simulate --list-plants` names them"
@@ -177,6 +189,8 @@ fn main() -> ExitCode {
     }
     if cfg.plant.is_some()
         || cfg.reader_plant.is_some()
+        || cfg.nats_plant.is_some()
+        || cfg.publish_plant.is_some()
         || cfg.plant_recover_unverified
         || cfg.plant_rename_before_sync
     {

@@ -1,15 +1,14 @@
 //! A viewer: the real verifier, fed over TCP by the real reader ([`crate::tcp`]) or over
-//! NATS by the real feed from a modelled reader, and its recording written with the real
+//! NATS by the real reader ([`crate::nats`]), and its recording written with the real
 //! recorder.
 
 use crate::check::{self, FINISH, WRITE};
-use crate::{Sim, Stored, TICK_MS};
+use crate::{Sim, TICK_MS};
 use ostm_protocol::format::recording::journal::{record_check, DropKind, RECORD_OVERHEAD};
 use ostm_protocol::format::recording::{assemble, journal_path, numbered, Durability, Recorder};
 use ostm_protocol::session::Goal;
-use ostm_protocol::session::{Event, Feed, Input, Limits, Plant, Restart, Transmit, Verifier};
-use ostm_protocol::sim::op::decode_input;
-use ostm_protocol::wire::{DriftReply, Record, RecordRef};
+use ostm_protocol::session::{Event, Limits, Plant, Restart, Transmit, Verifier};
+use ostm_protocol::wire::{DriftReply, RecordRef};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -47,15 +46,12 @@ pub struct Viewer {
     /// Messages it reads a tick.
     pub speed: usize,
     pub core: Verifier,
-    feed: Feed,
     /// Its connection's number on NATS (0 before it attaches).
-    conn: u64,
+    pub(crate) conn: u64,
     /// Ticks each way on its link.
     pub latency: u64,
     pub paused_until: u64,
     pub slow_until: u64,
-    /// NATS: the next stored message to read.
-    cursor: usize,
     /// A drift reply on its way: (arrival tick, reply or why none).
     reply: Option<(u64, Result<DriftReply, String>)>,
     pub recording: Option<Recording>,
@@ -83,6 +79,11 @@ pub struct Viewer {
 }
 
 impl Viewer {
+    /// Whether it reads the session through NATS.
+    pub fn reads_nats(&self) -> bool {
+        self.transport == Transport::Nats
+    }
+
     /// The files of its recording, each with the host's life it was recorded in, for the
     /// checks.
     pub fn files(&self) -> Vec<(PathBuf, u32)> {
@@ -112,12 +113,10 @@ impl Viewer {
             join_at,
             speed,
             core,
-            feed: Feed::new(),
             conn: 0,
             latency,
             paused_until: 0,
             slow_until: 0,
-            cursor: 0,
             reply: None,
             recording: record.then(|| Recording {
                 base: scratch.join(format!("viewer-{id}.ostm")),
@@ -149,7 +148,7 @@ pub fn tick(sim: &mut Sim, i: usize) {
         return;
     }
     if sim.viewers[i].transport == Transport::Nats {
-        nats_tick(sim, i);
+        // Its reader and spool ran already (`crate::nats::viewer_tick`).
         drift_tick(sim, i);
     }
     events(sim, i);
@@ -173,96 +172,6 @@ fn flush_recording(sim: &mut Sim, i: usize) {
     };
     if let Err(e) = cur.flush_due(at) {
         write_failed(sim, i, WRITE, e);
-    }
-}
-
-fn nats_tick(sim: &mut Sim, i: usize) {
-    let now = sim.now;
-    if now < sim.viewers[i].join_at || now < sim.viewers[i].paused_until {
-        return;
-    }
-    if sim.server_away_until.is_some() {
-        return;
-    }
-    if sim.viewers[i].core.attached_at().is_none() {
-        // The latest keyframe, then the stream from there.
-        let Some(k) = sim.stream.iter().rposition(|m| matches!(m, Stored::Key(_))) else {
-            return;
-        };
-        let Stored::Key(world) = sim.stream[k].clone() else {
-            return;
-        };
-        let v = &mut sim.viewers[i];
-        v.cursor = k + 1;
-        v.conn = 1;
-        v.life = sim.host.life;
-        let step = world.step;
-        v.core.handle(Input::Attached {
-            world,
-            connection: 1,
-        });
-        sim.event(format!(
-            "viewer {i} attaches on nats at the keyframe at step {step}"
-        ));
-        return;
-    }
-    let speed = if now < sim.viewers[i].slow_until {
-        1
-    } else {
-        sim.viewers[i].speed
-    };
-    for _ in 0..speed {
-        let c = sim.viewers[i].cursor;
-        let Some(m) = sim.stream.get(c).cloned() else {
-            break;
-        };
-        sim.viewers[i].cursor += 1;
-        let life = sim.host.life;
-        match m {
-            Stored::Key(world) => {
-                let v = &mut sim.viewers[i];
-                let waiting = v.core.is_waiting();
-                v.feed.keyframe(&mut v.core, world);
-                if waiting && !v.core.is_waiting() {
-                    v.life = life;
-                }
-            }
-            Stored::Rec(records) => {
-                for r in records {
-                    nats_record(sim, i, life, &r);
-                    if sim.viewers[i].core.is_stopped() || sim.violation.is_some() {
-                        return;
-                    }
-                }
-            }
-            Stored::End(e) => {
-                let v = &mut sim.viewers[i];
-                v.feed.end(&mut v.core, e.host_step);
-                v.waiting_at_end = v.core.is_waiting();
-                v.core.handle(Input::End(e));
-            }
-        }
-        events(sim, i);
-        if sim.viewers[i].core.is_stopped() {
-            return;
-        }
-    }
-}
-
-fn nats_record(sim: &mut Sim, i: usize, life: u32, r: &Record) {
-    let ops = decode_input("record", &r.input, 0).unwrap_or_default();
-    let v = &mut sim.viewers[i];
-    let at = v.core.world().step;
-    let rr = RecordRef::from(r);
-    let waiting = v.core.is_waiting();
-    note_perturbed(sim, i, r.step, at);
-    let v = &mut sim.viewers[i];
-    let fed = v.feed.record(&mut v.core, rr, &ops);
-    if waiting && !v.core.is_waiting() {
-        v.life = life;
-    }
-    if let Some(hash) = fed {
-        verified(sim, i, rr, hash);
     }
 }
 

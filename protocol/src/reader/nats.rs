@@ -24,6 +24,31 @@ pub const SILENCE_MS: u64 = 30_000;
 /// How long without a message before the reader reads on with a new consumer.
 pub const RESUME_AFTER_MS: u64 = 3_000;
 
+/// A fault planted in the reader on purpose, for the seeded simulation's `--plant`: only
+/// a build with the `plants` feature (the simulation's) can set one, and only there is it
+/// looked at.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plant {
+    /// The end is handed over before the gap it leaves open.
+    EndBeforeOpenGap,
+    /// The reader's half of the verifier's `accept-duplicate`: a message delivered again
+    /// is taken again, and a record of the step just handed over is handed over again.
+    PassRepeats,
+    /// The reader's half of the verifier's `skip-gap-check`: a record past the next step
+    /// is handed over.
+    PassSkips,
+    /// The reader's half of the verifier's `accept-foreign-keyframe`: a keyframe of
+    /// another world is taken as the session's.
+    PassForeignKeyframes,
+}
+
+impl Plant {
+    /// The plants of the reader alone, with their names on the command line (the other
+    /// two are set with the verifier's).
+    pub const ALL: [(Plant, &'static str); 1] = [(Plant::EndBeforeOpenGap, "end-before-open-gap")];
+}
+
 /// What the driver does next, in order.
 #[derive(Debug)]
 pub enum Event {
@@ -62,6 +87,8 @@ pub struct Reader {
     /// The spool has no room yet: keyframes do not close the gap.
     draining: bool,
     events: VecDeque<Event>,
+    #[cfg(feature = "plants")]
+    plant: Option<Plant>,
 }
 
 impl Reader {
@@ -82,6 +109,27 @@ impl Reader {
             spool_full: None,
             draining: false,
             events: VecDeque::new(),
+            #[cfg(feature = "plants")]
+            plant: None,
+        }
+    }
+
+    /// Plants a fault (the simulation's `--plant`).
+    #[cfg(feature = "plants")]
+    #[doc(hidden)]
+    pub fn plant(&mut self, plant: Plant) {
+        self.plant = Some(plant);
+    }
+
+    /// Whether `p` is planted (never, outside the simulation's build).
+    #[inline(always)]
+    fn planted(&self, p: Plant) -> bool {
+        #[cfg(feature = "plants")]
+        return self.plant == Some(p);
+        #[cfg(not(feature = "plants"))]
+        {
+            let _ = p;
+            false
         }
     }
 
@@ -190,7 +238,8 @@ impl Reader {
     ) -> Result<Option<End>, FormatError> {
         self.heard = now;
         self.woke = now;
-        if self.done || (seq <= self.last_seq && seq != 0) {
+        let again = seq <= self.last_seq && seq != 0 && !self.planted(Plant::PassRepeats);
+        if self.done || again {
             return Ok(None);
         }
         self.last_seq = self.last_seq.max(seq);
@@ -215,6 +264,11 @@ impl Reader {
             Leaf::End => {
                 let end = wire::end(place, payload)?;
                 self.ended = true;
+                if self.planted(Plant::EndBeforeOpenGap) {
+                    self.deliver(Arrival::End(end.clone()));
+                    self.open_gap(end.host_step, "before its end");
+                    return Ok(Some(end));
+                }
                 self.open_gap(end.host_step, "before its end");
                 self.deliver(Arrival::End(end.clone()));
                 Ok(Some(end))
@@ -229,7 +283,7 @@ impl Reader {
 
     fn keyframe(&mut self, place: &str, payload: &[u8]) -> Result<(), FormatError> {
         let world = wire::keyframe(place, payload)?;
-        if !same_world(&world, &self.world) {
+        if !same_world(&world, &self.world) && !self.planted(Plant::PassForeignKeyframes) {
             return Err(another_world(place));
         }
         self.host_step = self.host_step.max(world.step);
@@ -275,6 +329,13 @@ impl Reader {
             };
             self.host_step = self.host_step.max(r.step.saturating_add(1));
             if self.spool_full.is_some() {
+                continue;
+            }
+            let next = self.follow.next();
+            if self.planted(Plant::PassRepeats) && r.step.wrapping_add(1) == next
+                || self.planted(Plant::PassSkips) && r.step > next
+            {
+                self.deliver(Arrival::Record(r));
                 continue;
             }
             match self.follow.record(r.step) {
