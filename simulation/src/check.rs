@@ -70,9 +70,11 @@ pub fn in_order(sim: &mut Sim, i: usize, next: Option<u64>, first: u64) {
 
 /// Viewer `i`'s TCP reader stopped for good with `why`, `failing_ms` after its latest
 /// connection ended, with a reconnection budget of `budget_ms`; `first_faulted`: it never
-/// attached and a fault met its first connection. Explained only by a budget run out from
-/// the end of the latest connection (a viewer reconnecting after a working connection has
-/// its whole budget again), a first connection that met a fault, or the host's end.
+/// attached and a fault met its first connection; `after_end`: the host had ended and its
+/// last connection had not attached. Explained only by a budget run out from the end of
+/// the latest connection (a viewer reconnecting after a working connection has its whole
+/// budget again), a first connection that met a fault, or an attempt the host's end
+/// refused.
 /// Returns whether it is explained.
 pub fn reader_stop(
     sim: &mut Sim,
@@ -81,13 +83,14 @@ pub fn reader_stop(
     failing_ms: u64,
     budget_ms: u64,
     first_faulted: bool,
+    after_end: bool,
 ) -> bool {
     let gave_up = why.starts_with("gave up reconnecting");
     let why = if gave_up && failing_ms < budget_ms {
         format!(
             "viewer {i} gave up reconnecting {failing_ms} ms after its connection ended, its budget is {budget_ms} ms: {why}"
         )
-    } else if gave_up || sim.ended || first_faulted {
+    } else if gave_up || after_end || first_faulted {
         return true;
     } else {
         format!("viewer {i}'s reader stopped for good though the host was honest: {why}")

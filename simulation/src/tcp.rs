@@ -152,6 +152,8 @@ pub struct Link {
     pub faulted_early: bool,
     /// The reader stopped.
     done: bool,
+    /// The reader's latest connection attached.
+    streaming: bool,
 }
 
 impl Link {
@@ -174,6 +176,7 @@ impl Link {
             attached: 0,
             faulted_early: false,
             done: false,
+            streaming: false,
         }
     }
 
@@ -713,6 +716,7 @@ fn deliver(sim: &mut Sim, i: usize, link: &mut Link, a: Arrival) {
             check::new_number(sim, i, *connection, link.number);
             link.number = link.number.max(*connection);
             link.attached += 1;
+            link.streaming = true;
             link.next_step = Some(world.step);
             sim.event(format!(
                 "viewer {i}'s reader attaches (connection {connection}) at step {}",
@@ -753,6 +757,7 @@ fn final_word(sim: &mut Sim, i: usize, link: &Link, why: &str) {
         ms(sim.now).saturating_sub(link.stream_ended_ms.unwrap_or(0)),
         link.budget_ms,
         link.attached == 0 && link.faulted_early,
+        sim.ended && !link.streaming,
     );
     sim.viewers[i].lost_for_good = explained;
 }
@@ -763,6 +768,7 @@ fn connect(sim: &mut Sim, i: usize, link: &mut Link) {
     let now = sim.now;
     let latency = sim.viewers[i].latency;
     link.current = None;
+    link.streaming = false;
     let outcome = if host_up(sim) && now >= link.down_until {
         let id = link.next_wire;
         link.next_wire += 1;
