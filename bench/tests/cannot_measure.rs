@@ -93,6 +93,55 @@ fn readers_that_reach_no_host_measure_nothing_and_say_so() {
     );
 }
 
+/// The bench's viewers read a host by the viewer's own reader machine, its handshake
+/// deadlines included: a peer that takes the connection and the hello but answers nothing
+/// is given up after 2 000 ms with the viewer's sentence (the bench's own loop, before,
+/// waited for it as long as the peer kept the connection open).
+#[test]
+fn readers_give_up_a_peer_that_answers_nothing_as_the_viewer_does() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("its address").to_string();
+    // Takes every connection and keeps it open, saying nothing.
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for s in listener.incoming() {
+            kept.push(s);
+        }
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ostm-bench-live"))
+        .args(["readers", "--addr", &addr, "--viewers", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run ostm-bench-live readers");
+    // Generous on a loaded machine: the deadline is 2 s after each viewer's hello.
+    let limit = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().expect("wait for it").is_none() {
+        if std::time::Instant::now() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("its output");
+            panic!(
+                "the readers still wait for a peer that says nothing after 120 s; stderr: {}",
+                text(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().expect("its output");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(
+        err.contains(&format!(
+            "viewer failed: {addr} sent nothing within 2000 ms of the hello: it is not an ostm host, or not answering"
+        )),
+        "stderr: {err}"
+    );
+    assert!(
+        err.contains("0 of 2 viewers attached, 2 failed"),
+        "stderr: {err}"
+    );
+}
+
 /// A stand-in host: prints a listening line for a port nobody serves, then waits.
 fn fake_host(dir: &Path, port: u16) -> std::path::PathBuf {
     let path = dir.join("fake-host");
@@ -134,7 +183,7 @@ fn a_case_whose_viewers_never_attach_stops_the_bench_with_no_row() {
     assert!(
         err.contains(&format!(
             "ostm-bench-live: cannot measure tcp with 1 viewers at --rate 60: none of the 1 \
-             viewers attached (connect 127.0.0.1:{port}: "
+             viewers attached (cannot connect to 127.0.0.1:{port}: "
         )),
         "stderr: {err}"
     );

@@ -13,7 +13,7 @@ use super::Arrival;
 use crate::error::FormatError;
 use crate::session::{same_world, Millis};
 use crate::wire::nats::{self as wire, another_world, not_a_record, Follow, Leaf, Session, Take};
-use crate::wire::{End, ToViewer};
+use crate::wire::{End, PeerRole, ToViewer, Welcome, VERSION};
 use crate::World;
 use std::collections::VecDeque;
 
@@ -59,6 +59,25 @@ pub enum Event {
     /// The session sent nothing for [`SILENCE_MS`]: the reader gives it up (an open gap,
     /// if any, was delivered first).
     Silent,
+}
+
+/// What a reader joined at a keyframe hands over first: the keyframe's `world` as the
+/// attach snapshot of connection `connection`, under a welcome as a host's would read with
+/// the host's `rate` (the keyframe's header; no heartbeat, ring or queue: NATS keeps them).
+pub fn joined(world: World, rate: u32, connection: u64) -> Arrival {
+    let welcome = Welcome {
+        version: VERSION,
+        role: PeerRole::Host as u8,
+        rate,
+        heartbeat_ms: 0,
+        ring: 0,
+        queue: 0,
+    };
+    Arrival::Attached {
+        welcome,
+        world,
+        connection,
+    }
 }
 
 /// The NATS reader: see the module's documentation.

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use ostm_protocol::reader::nats;
 use ostm_protocol::session::same_world;
 use ostm_protocol::wire::nats::{self as wire, another_world, Session};
-use ostm_protocol::wire::{DriftReply, PeerRole, ToHost, ToViewer, ViewerCodec, Welcome, VERSION};
+use ostm_protocol::wire::{DriftReply, ToHost, ToViewer, ViewerCodec};
 use ostm_protocol::{FormatError, World};
 use ostm_runtime::cli::NatsAuthArgs;
 use ostm_runtime::join::{rate, read_from};
@@ -176,20 +176,8 @@ pub async fn run(
     let reader = nats::Reader::new(t.name(), t.session.clone(), world.clone(), key_seq, 0);
     shared.connection.fetch_add(1, Ordering::SeqCst);
     shared.host_step.fetch_max(world.step, Ordering::Relaxed);
-    let welcome = Welcome {
-        version: VERSION,
-        role: PeerRole::Host as u8,
-        rate: host_rate,
-        heartbeat_ms: 0,
-        ring: 0,
-        queue: 0,
-    };
     let connection = shared.connection.load(Ordering::SeqCst);
-    let attached = Item::Attached {
-        welcome,
-        world,
-        connection,
-    };
+    let attached = nats::joined(world, host_rate, connection);
     if spool.push(attached).is_err() {
         return Ended::Broken(Lost::SpoolKeyframe);
     }

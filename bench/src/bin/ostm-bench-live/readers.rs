@@ -1,20 +1,28 @@
 //! In-process viewers: each verifies every record it receives (decode the frame, run the
 //! step, hash the world, compare with the host's hash), as `ostm-viewer` does, and notes
-//! the wall-clock time at which it verified each stamped step. Over TCP they speak
-//! docs/protocol.md to the host; through NATS they read the session as docs/fan-out.md
-//! says (the latest keyframe, then an ordered consumer from its stream sequence).
+//! the wall-clock time at which it verified each stamped step.
+//!
+//! The rules are the viewer's own: the reader machines [`tcp::Reader`] (docs/protocol.md:
+//! the handshake, heartbeats, silence, runs of records) and [`nats::Reader`]
+//! (docs/fan-out.md: the stream's messages once each by sequence, gaps, keyframes), what
+//! they hand over given to the verifier ([`session::Verifier`]) through [`Arrival`], as
+//! `ostm-viewer`'s drivers (viewer/src/live/network.rs and nats.rs) do. The drivers here
+//! only move bytes and time: no spool, TLS, reconnection or drift request (a drift, a
+//! failure or a lost connection ends the viewer with its sentence).
 
-use futures::{SinkExt, StreamExt};
-use ostm_protocol::session::{self, Feed, Goal, Input, Limits, Stop};
+use bytes::BytesMut;
+use futures::StreamExt;
+use ostm_protocol::reader::{nats, tcp, Arrival};
+use ostm_protocol::session::{self, Goal, Limits, Millis, Stop};
 use ostm_protocol::sim::op::for_each_op;
-use ostm_protocol::wire::{Record, RecordRef, SnapshotKind, ToHost, ToViewer};
-use ostm_protocol::{Op, World};
-use ostm_runtime::ViewerFrameCodec;
+use ostm_protocol::wire::{RecordRef, ViewerCodec};
+use ostm_protocol::Op;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_util::codec::Framed;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub fn now_ns() -> u128 {
@@ -27,6 +35,10 @@ pub fn now_ns() -> u128 {
 /// viewer process of its own, none may keep the others from reading for long.
 const YIELD_EVERY: u64 = 64;
 
+/// Bytes read from a socket at once, at most: about a hundred records of the embedded
+/// world, so that a viewer far behind yields about every [`YIELD_EVERY`] records.
+const READ_BUFFER: usize = 8 * 1024;
+
 /// What one viewer has done so far, read by the bench while it runs.
 #[derive(Debug, Default)]
 pub struct Counts {
@@ -38,9 +50,12 @@ pub struct Counts {
 /// it verified stamped steps.
 pub struct Verifier {
     core: session::Verifier,
-    feed: Feed,
     ops: Vec<Op>,
     every: u64,
+    /// The step whose hash differed, if one did.
+    drift: Option<u64>,
+    /// Records verified since the viewer last let the others run.
+    unyielded: u64,
     /// (world step, unix ns when verified), for steps that are multiples of `every`.
     pub verdicts: Vec<(u64, u128)>,
     pub counts: Arc<Counts>,
@@ -50,158 +65,243 @@ impl Verifier {
     pub fn new(every: u64) -> Verifier {
         Verifier {
             core: session::Verifier::new(Limits::default(), Goal::default(), false),
-            feed: Feed::new(),
             ops: Vec::new(),
             every: every.max(1),
+            drift: None,
+            unyielded: 0,
             verdicts: Vec::new(),
             counts: Arc::new(Counts::default()),
         }
     }
 
-    /// The step the next record must have, once attached.
-    fn next(&self) -> Option<u64> {
-        self.core.attached_at().map(|_| self.core.world().step)
-    }
-
-    /// A snapshot: the attach (the first), or a resync on the same connection.
-    fn snapshot(&mut self, world: World) {
-        let input = match self.core.attached_at() {
-            None => Input::Attached {
-                world,
-                connection: 0,
-            },
-            Some(_) => Input::Resync(world),
-        };
-        self.core.handle(input);
-        self.events();
-    }
-
-    /// A keyframe on the stream, by the rule the viewer's NATS reader follows ([`Feed`]).
-    fn keyframe(&mut self, world: World) {
-        self.feed.keyframe(&mut self.core, world);
-        self.events();
-    }
-
-    /// A record on the stream: skipped when a repeat or inside a gap, verified otherwise.
-    fn stream_record(&mut self, r: &Record) -> Result<(), String> {
-        self.decode(r)?;
-        let fed = self
-            .feed
-            .record(&mut self.core, RecordRef::from(r), &self.ops);
-        self.events();
-        match fed {
-            Some(_) => {
-                self.verified_one();
-                Ok(())
+    /// What a reader handed over, given to the verifier (records verified one by one);
+    /// `attached` counts the first attach. A drift or a failure ends the viewer.
+    fn take(&mut self, a: Arrival, attached: &AtomicUsize) -> Result<(), String> {
+        let first = self.core.attached_at().is_none();
+        match a.give(&mut self.core) {
+            Some(Arrival::Record(r)) => {
+                let mut ops = std::mem::take(&mut self.ops);
+                ops.clear();
+                let decoded = for_each_op("record", &r.input, 0, |op| ops.push(op));
+                if decoded.is_ok() {
+                    self.verify(RecordRef::from(&r), &ops);
+                }
+                self.ops = ops;
+                decoded.map_err(|e| e.to_string())?;
             }
-            None if self.core.is_stopped() => Err(self.why_stopped(r)),
-            None => Ok(()),
+            Some(Arrival::Records(run)) => {
+                let mut ops = std::mem::take(&mut self.ops);
+                let decoded = run.decode_each(&mut ops, |r, ops| self.verify(r, ops));
+                self.ops = ops;
+                decoded.map_err(|e| format!("protocol error: {e}"))?;
+            }
+            // A notice of missing records: the verifier waits for the keyframe.
+            _ => {}
         }
-    }
-
-    fn events(&mut self) {
         while let Some(e) = self.core.poll_event() {
             if let session::Event::Restarted { .. } = e {
                 self.counts.resyncs.fetch_add(1, Ordering::Relaxed);
             }
         }
-    }
-
-    fn decode(&mut self, r: &Record) -> Result<(), String> {
-        self.ops.clear();
-        let ops = &mut self.ops;
-        for_each_op("record", &r.input, 0, |op| ops.push(op)).map_err(|e| e.to_string())
-    }
-
-    fn why_stopped(&self, r: &Record) -> String {
+        if first && self.core.attached_at().is_some() {
+            attached.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(step) = self.drift {
+            return Err(format!("drift at step {step}"));
+        }
         match self.core.stop() {
-            Some(Stop::Failed(f)) => f.to_string(),
-            _ => format!("drift at step {}", r.step + 1),
+            Some(Stop::Failed(f)) => Err(f.to_string()),
+            Some(Stop::Drift(d)) => Err(d.headline()),
+            _ => Ok(()),
         }
     }
 
-    fn verified_one(&mut self) {
+    /// One record: whether the viewer goes on (its hash matched).
+    fn verify(&mut self, r: RecordRef<'_>, ops: &[Op]) -> bool {
+        if self.core.handle_record(r, ops).is_none() {
+            if !self.core.is_stopped() {
+                self.drift = Some(r.step + 1);
+            }
+            return false;
+        }
         self.counts.verified.fetch_add(1, Ordering::Relaxed);
+        self.unyielded += 1;
         let step = self.core.world().step;
         if step.is_multiple_of(self.every) {
             self.verdicts.push((step, now_ns()));
         }
+        true
     }
 
-    fn record(&mut self, r: &Record) -> Result<(), String> {
-        self.decode(r)?;
-        if self
-            .core
-            .handle_record(RecordRef::from(r), &self.ops)
-            .is_none()
-        {
-            return Err(self.why_stopped(r));
+    /// Lets the other viewers of the thread run once this one has verified
+    /// [`YIELD_EVERY`] records since it last did.
+    async fn fair(&mut self) {
+        if self.unyielded >= YIELD_EVERY {
+            self.unyielded = 0;
+            // Bytes already read cost no budget: without this, one viewer far behind
+            // would hold its thread for as long as its backlog lasts.
+            tokio::task::yield_now().await;
         }
-        self.verified_one();
-        Ok(())
     }
 }
 
-/// A viewer over TCP until `stop`: hello, then every record verified, a heartbeat a second.
+/// The drivers' clock: milliseconds since the viewer started.
+struct Clock(Instant);
+
+impl Clock {
+    fn now(&self) -> Millis {
+        self.0.elapsed().as_millis() as Millis
+    }
+
+    fn at(&self, t: Option<Millis>) -> Instant {
+        match t {
+            Some(t) => self.0 + Duration::from_millis(t),
+            None => Instant::now() + Duration::from_secs(3600),
+        }
+    }
+}
+
+/// A viewer over TCP until `stop` or the host's end: the TCP reader's machine
+/// ([`tcp::Reader`], no reconnection) on one connection, every record verified.
 pub async fn tcp(
     addr: String,
-    mut v: Verifier,
+    v: Verifier,
     attached: Arc<AtomicUsize>,
     stop: CancellationToken,
 ) -> Result<Verifier, String> {
-    let stream = TcpStream::connect(&addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut conn = Framed::new(stream, ViewerFrameCodec::new(addr));
-    conn.send(ostm_protocol::reader::tcp::hello(None))
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut beat = tokio::time::interval(Duration::from_secs(1));
-    let mut taken: u64 = 0;
-    loop {
-        let msg = tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = beat.tick() => {
-                let viewer_step = v.next().unwrap_or(0);
-                let _ = conn.send(ToHost::Heartbeat { viewer_step }).await;
-                continue;
-            }
-            m = conn.next() => match m {
-                None => break,
-                Some(Err(e)) => return Err(e.to_string()),
-                Some(Ok(m)) => m,
-            },
-        };
-        match msg {
-            ToViewer::Snapshot { kind, world } => {
-                if kind == SnapshotKind::Attach {
-                    attached.fetch_add(1, Ordering::Relaxed);
-                }
-                v.snapshot(world);
-            }
-            ToViewer::Record(r) => {
-                v.record(&r)?;
-                taken += 1;
-                if taken.is_multiple_of(YIELD_EVERY) {
-                    // Frames already buffered cost no budget: without this, one viewer
-                    // far behind would hold its thread for as long as its backlog lasts
-                    // while the host's writes to the others stall.
-                    tokio::task::yield_now().await;
-                }
-            }
-            ToViewer::End(_) => break,
-            _ => {}
-        }
-    }
-    Ok(v)
+    let cfg = tcp::Config {
+        addr,
+        token: None,
+        reconnect_ms: None,
+        tls: false,
+        one_at_a_time: false,
+    };
+    let clock = Clock(Instant::now());
+    let mut d = Tcp {
+        m: tcp::Reader::new(cfg.clone(), clock.now()),
+        clock,
+        addr: cfg.addr,
+        v,
+        attached,
+        connect: false,
+        closed: false,
+        done: false,
+    };
+    let ran = tokio::select! {
+        r = d.run() => r,
+        _ = stop.cancelled() => Ok(()),
+    };
+    ran.map(|()| d.v)
 }
 
-/// Decodes every frame of a NATS message's payload.
-fn frames(payload: &[u8]) -> Result<Vec<ToViewer>, String> {
-    ostm_protocol::wire::nats::frames("nats message", payload)
-        .and_then(|f| f.map(|r| r.map(|(_, m)| m)).collect())
-        .map_err(|e| e.to_string())
+/// The driver of a [`tcp::Reader`]: see [`tcp`].
+struct Tcp {
+    m: tcp::Reader,
+    clock: Clock,
+    addr: String,
+    v: Verifier,
+    attached: Arc<AtomicUsize>,
+    /// The machine asked for a connection.
+    connect: bool,
+    /// The machine closed the connection.
+    closed: bool,
+    /// The machine has stopped.
+    done: bool,
+}
+
+impl Tcp {
+    async fn run(&mut self) -> Result<(), String> {
+        loop {
+            self.events()?;
+            if self.done {
+                return Ok(());
+            }
+            if std::mem::take(&mut self.connect) {
+                self.connection().await?;
+                continue;
+            }
+            tokio::time::sleep_until(self.clock.at(self.m.poll_timeout())).await;
+            self.m.handle_timeout(self.clock.now());
+        }
+    }
+
+    /// Does what the machine says: arrivals to the verifier.
+    fn events(&mut self) -> Result<(), String> {
+        while let Some(e) = self.m.poll_event() {
+            match e {
+                tcp::Event::Connect => self.connect = true,
+                tcp::Event::Close => self.closed = true,
+                tcp::Event::Done => self.done = true,
+                tcp::Event::Deliver(a) => self.v.take(a, &self.attached)?,
+                tcp::Event::DriftReply(_)
+                | tcp::Event::StreamEnded
+                | tcp::Event::AwaitDrain
+                | tcp::Event::Reconnecting { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// One connection, from its opening until the machine closes it.
+    async fn connection(&mut self) -> Result<(), String> {
+        self.closed = false;
+        let deadline = self.clock.at(self.m.poll_timeout());
+        let opened = tokio::time::timeout_at(deadline, TcpStream::connect(&self.addr)).await;
+        let now = self.clock.now();
+        let stream = match opened {
+            Err(_) => {
+                self.m.handle_timeout(now);
+                return Ok(());
+            }
+            Ok(Err(e)) => {
+                self.m.handle_connect_failed(now, e.to_string());
+                return Ok(());
+            }
+            Ok(Ok(s)) => s,
+        };
+        let _ = stream.set_nodelay(true);
+        self.m.handle_connected(self.clock.now());
+        let (mut rd, mut wr) = stream.into_split();
+        let mut buf = BytesMut::with_capacity(READ_BUFFER);
+        let mut eof = false;
+        loop {
+            while !self.closed && self.m.handle_data(self.clock.now(), &mut buf, eof) {
+                self.events()?;
+                self.v.fair().await;
+            }
+            self.events()?;
+            while let Some(t) = self.m.poll_transmit() {
+                let frame = ViewerCodec::encode_frame(&t).map_err(|e| e.to_string())?;
+                if let Err(e) = wr.write_all(&frame.0).await {
+                    self.m.handle_write_failed(self.clock.now(), e.to_string());
+                }
+            }
+            self.events()?;
+            if self.closed || self.done || eof {
+                return Ok(());
+            }
+            if buf.capacity() - buf.len() < READ_BUFFER / 2 {
+                buf.reserve(READ_BUFFER);
+            }
+            let deadline = self.clock.at(self.m.poll_timeout());
+            tokio::select! {
+                biased;
+                r = rd.read_buf(&mut buf) => match r {
+                    Ok(0) => eof = true,
+                    Ok(_) => {}
+                    Err(e) => self.m.handle_read_failed(self.clock.now(), e.to_string()),
+                },
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+            // The heartbeats say the viewer's step; a heartbeat due under a stream fast
+            // enough that the timer's branch never wins goes too.
+            let now = self.clock.now();
+            if self.m.poll_timeout().is_some_and(|t| t <= now) {
+                self.m.handle_viewer_step(self.v.core.world().step);
+                self.m.handle_timeout(now);
+            }
+        }
+    }
 }
 
 /// Retries `f` for up to 30 s, every 100 ms at first and then less often (the host
@@ -213,8 +313,8 @@ async fn retry<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T
 ) -> Result<T, String> {
     let mut last = String::new();
     let mut wait = Duration::from_millis(100);
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
-    while tokio::time::Instant::now() < give_up {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < give_up {
         match f().await {
             Ok(t) => return Ok(t),
             Err(e) => last = e.to_string(),
@@ -229,10 +329,10 @@ async fn retry<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T
 /// the viewers not attached, not a second time as failed.
 pub const NOT_ATTACHED: &str = "not attached: ";
 
-/// A viewer through NATS until `stop`: the session's latest keyframe, then every message
-/// of its stream from there in order; a record past the next step is skipped, and a
-/// keyframe past the next step closes the gap (counted as a resync), as `ostm-viewer` does
-/// (docs/fan-out.md, "Gaps").
+/// A viewer through NATS until `stop` or the session's end: the session's latest
+/// keyframe, then every message of its stream from there in order through the NATS
+/// reader's machine ([`nats::Reader`]: repeats skipped, a gap closed by the next keyframe),
+/// as `ostm-viewer` does (docs/fan-out.md, "What a viewer does", "Gaps").
 pub async fn nats(
     url: String,
     session: String,
@@ -240,63 +340,94 @@ pub async fn nats(
     attached: Arc<AtomicUsize>,
     stop: CancellationToken,
 ) -> Result<Verifier, String> {
-    use async_nats::jetstream;
-    use ostm_protocol::wire::nats::{Leaf, Session};
+    use ostm_protocol::wire::nats::Session;
     let session = Session::new(&session)?;
     let keys = session.keyframes();
+    let filter = session.filter();
     let join = async {
         let client = retry("connect", || async_nats::connect(url.as_str())).await?;
-        let js = jetstream::new(client);
+        let js = async_nats::jetstream::new(client);
         let stream_name = session.stream();
         let stream = retry("stream", || js.get_stream(stream_name.as_str())).await?;
         let key = retry("keyframe", || {
             stream.direct_get_last_for_subject(keys.as_str())
         })
         .await?;
-        let Some(ToViewer::Snapshot { world, .. }) = frames(&key.payload)?.pop() else {
-            return Err("the keyframe is not a snapshot".to_string());
-        };
+        let place = format!("{url}: subject {keys}, stream sequence {}", key.sequence);
+        let world =
+            ostm_protocol::wire::nats::keyframe(&place, &key.payload).map_err(|e| e.to_string())?;
+        let rate = ostm_runtime::join::rate(&key.headers);
         // A server busy delivering to the viewers already attached may time this out.
-        let filter = session.filter();
         let messages = retry("consumer", || {
             ostm_runtime::join::read_from(&stream, &filter, key.sequence + 1)
         })
         .await?;
-        Ok((world, messages))
+        Ok::<_, String>((stream, key.sequence, world, rate, messages))
     };
-    let (world, mut messages) = tokio::select! {
+    let (stream, key_seq, world, rate, mut messages) = tokio::select! {
         // Not attached when the case ends: the caller counts it as failed, once.
         _ = stop.cancelled() => return Ok(v),
         j = join => j.map_err(|e| format!("{NOT_ATTACHED}{e}"))?,
     };
-    v.snapshot(world);
-    attached.fetch_add(1, Ordering::Relaxed);
+    let clock = Clock(Instant::now());
+    let name = format!("{url}/{}", session.name());
+    let mut m = nats::Reader::new(name, session, world.clone(), key_seq, clock.now());
+    v.take(nats::joined(world, rate, 1), &attached)?;
     loop {
         let msg = tokio::select! {
+            biased;
             _ = stop.cancelled() => break,
-            m = messages.next() => match m {
-                None => break,
-                Some(Err(_)) => continue,
-                Some(Ok(m)) => m,
-            },
+            msg = messages.next() => msg,
+            _ = tokio::time::sleep_until(clock.at(m.poll_timeout())) => {
+                m.handle_timeout(clock.now());
+                while let Some(e) = m.poll_event() {
+                    match e {
+                        nats::Event::Deliver(a) => v.take(a, &attached)?,
+                        nats::Event::Silent => {
+                            return Err(format!(
+                                "the session sent nothing for {} ms",
+                                nats::SILENCE_MS
+                            ))
+                        }
+                        nats::Event::Resume { from_seq } => {
+                            let again =
+                                ostm_runtime::join::read_from(&stream, &filter, from_seq).await;
+                            if let Ok(again) = again {
+                                messages = again;
+                            }
+                            m.handle_wake(clock.now());
+                        }
+                    }
+                }
+                continue;
+            }
         };
-        let subject = msg.subject.as_str();
-        match session.leaf(subject) {
-            Leaf::Records => {
-                for m in frames(&msg.payload)? {
-                    let ToViewer::Record(r) = m else {
-                        return Err(format!("{subject}: not a record"));
-                    };
-                    v.stream_record(&r)?;
-                }
+        let msg = match msg {
+            None => {
+                return Err(format!(
+                    "the stream {} ended",
+                    stream.cached_info().config.name
+                ))
             }
-            Leaf::Keyframes => {
-                if let Some(ToViewer::Snapshot { world, .. }) = frames(&msg.payload)?.pop() {
-                    v.keyframe(world);
-                }
+            Some(Err(_)) => {
+                // The ordered consumer recreates itself; a gap this leaves is found by
+                // step number.
+                m.handle_wake(clock.now());
+                continue;
             }
-            Leaf::End => break,
-            Leaf::Other => {}
+            Some(Ok(msg)) => msg,
+        };
+        let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+        let taken = m.handle_message(clock.now(), msg.subject.as_str(), seq, &msg.payload);
+        while let Some(e) = m.poll_event() {
+            if let nats::Event::Deliver(a) = e {
+                v.take(a, &attached)?;
+            }
+        }
+        match taken {
+            Ok(None) => {}
+            Ok(Some(_)) => break,
+            Err(e) => return Err(e.to_string()),
         }
         tokio::task::yield_now().await;
     }
