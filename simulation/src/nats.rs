@@ -24,8 +24,8 @@ use ostm_protocol::serve::publish::{self, Kind, Publish, Publisher};
 use ostm_protocol::session::Plant;
 use ostm_protocol::sim::op::decode_input;
 use ostm_protocol::wire::nats::{duplicate_window, keyframe, Session};
-use ostm_protocol::wire::{End, HostCodec, PeerRole, Record, SnapshotKind, ToViewer, Welcome};
-use ostm_protocol::wire::{RecordRef, VERSION};
+use ostm_protocol::wire::RecordRef;
+use ostm_protocol::wire::{End, HostCodec, Record, SnapshotKind, ToViewer};
 use ostm_protocol::World;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -711,21 +711,9 @@ fn attach(sim: &mut Sim, i: usize) {
     else {
         return;
     };
-    let welcome = Welcome {
-        version: VERSION,
-        role: PeerRole::Host as u8,
-        rate: 0,
-        heartbeat_ms: 0,
-        ring: 0,
-        queue: 0,
-    };
     r.reader = Some(reader);
     r.next_seq = seq + 1;
-    r.spool.items.push_back(Arrival::Attached {
-        welcome,
-        world,
-        connection: 1,
-    });
+    r.spool.items.push_back(reader::joined(world, 0, 1));
     sim.event(format!(
         "viewer {i} attaches on nats at the keyframe at step {step} (sequence {seq})"
     ));

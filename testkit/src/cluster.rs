@@ -22,16 +22,21 @@ use std::time::{Duration, Instant};
 /// # Panics
 /// It is not installed.
 pub fn nats_bin() -> PathBuf {
-    for p in [
+    find_nats().unwrap_or_else(|| {
+        panic!("nats-server is not installed: run scripts/test, which installs it")
+    })
+}
+
+/// The `nats-server` binary, if installed.
+pub fn find_nats() -> Option<PathBuf> {
+    [
         "/usr/sbin/nats-server",
         "/usr/bin/nats-server",
         "/usr/local/bin/nats-server",
-    ] {
-        if Path::new(p).exists() {
-            return PathBuf::from(p);
-        }
-    }
-    panic!("nats-server is not installed: run scripts/test, which installs it");
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
 }
 
 /// A port nothing listens on now.
@@ -65,6 +70,11 @@ impl Node {
     /// `nats://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Its process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(Proc::pid)
     }
 
     /// Running (started and not killed; a paused node is running).
@@ -123,6 +133,16 @@ impl Cluster {
     /// # Panics
     /// A node cannot be started, or the cluster is not ready within [`LIMIT`].
     pub fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, false).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Cluster::start`] that says why instead of panicking (for a program, not a test):
+    /// nats-server is not installed, a file cannot be made, or the cluster is not ready
+    /// within [`LIMIT`] (what each node last said). Every node started is killed then.
+    ///
+    /// # Errors
+    /// That sentence.
+    pub fn try_start(n: usize) -> Result<Cluster, String> {
         Cluster::start_with(n, false)
     }
 
@@ -132,11 +152,13 @@ impl Cluster {
     /// # Panics
     /// As [`Cluster::start`].
     pub fn start_linked(n: usize) -> Cluster {
-        Cluster::start_with(n, true)
+        Cluster::start_with(n, true).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn start_with(n: usize, linked: bool) -> Cluster {
-        let dir = tempfile::tempdir().expect("the cluster's directory");
+    fn start_with(n: usize, linked: bool) -> Result<Cluster, String> {
+        find_nats().ok_or("nats-server is not installed (apt-get install nats-server)")?;
+        let dir =
+            tempfile::tempdir().map_err(|e| format!("cannot make the cluster's directory: {e}"))?;
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
@@ -159,7 +181,8 @@ impl Cluster {
         for (i, &(port, route_port, http_port)) in ports.iter().enumerate() {
             let name = format!("n{i}");
             let store = dir.path().join(&name);
-            std::fs::create_dir_all(&store).expect("a node's store directory");
+            std::fs::create_dir_all(&store)
+                .map_err(|e| format!("cannot make {}: {e}", store.display()))?;
             let routes: Vec<String> = if linked {
                 links
                     .iter()
@@ -191,7 +214,7 @@ impl Cluster {
                     routes.join(", ")
                 ),
             )
-            .expect("a node's configuration");
+            .map_err(|e| format!("cannot write {}: {e}", conf.display()))?;
             nodes.push(Node {
                 name,
                 port,
@@ -214,8 +237,8 @@ impl Cluster {
             links,
             _sink: sink,
         };
-        c.wait_ready();
-        c
+        c.ready()?;
+        Ok(c)
     }
 
     /// The client URLs of every node, joined by commas (`nats://127.0.0.1:P0,nats://…`):
@@ -243,6 +266,11 @@ impl Cluster {
     /// # Panics
     /// Not within [`LIMIT`]: the panic gives what each node last said.
     pub fn wait_ready(&self) {
+        self.ready().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// [`Cluster::wait_ready`], its failure a sentence.
+    fn ready(&self) -> Result<(), String> {
         let up: Vec<&Node> = self
             .nodes
             .iter()
@@ -272,13 +300,11 @@ impl Cluster {
                 }
             }
             if why.is_empty() {
-                return;
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster is not ready: {}",
-                why.join("; ")
-            );
+            if Instant::now() >= deadline {
+                return Err(format!("the cluster is not ready: {}", why.join("; ")));
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
     }

@@ -14,7 +14,7 @@ mod cluster;
 mod link;
 mod proc;
 
-pub use cluster::{free_port, monitor, nats_bin, Cluster, Node};
+pub use cluster::{find_nats, free_port, monitor, nats_bin, Cluster, Node};
 pub use link::Link;
 
 pub use proc::{bin, run, signal, Proc, LIMIT};

@@ -7,7 +7,14 @@
 //! - **tcp**: the real `ostm-host serve` on 127.0.0.1 port 0 with that many in-process
 //!   viewers ([`readers`]: each verifies every record it receives, as `ostm-viewer` does);
 //! - **nats** (with `--nats URL`): the same host publishing to that NATS server, and the
-//!   same number of in-process viewers reading the session through it.
+//!   same number of in-process viewers reading the session through it;
+//! - **cluster**: a 3-node JetStream cluster of nats-servers on 127.0.0.1 (testkit's
+//!   [`Cluster`]) started for the case, the host publishing with `--replicas 3`, the
+//!   viewers spread over the nodes in turn.
+//!
+//! Through NATS the host is then interrupted (it publishes the end) and the viewers are
+//! given [`END_WAIT`] to reach it: the row counts those that verified every step from
+//! their attach to the end.
 //!
 //! Each case measures a fixed window once every viewer has attached: the host's and the
 //! viewers' CPU time (from /proc and getrusage, so the other's share of the cores does not
@@ -24,6 +31,7 @@ mod plain;
 mod readers;
 mod server;
 
+use ostm_testkit::Cluster;
 use readers::Verifier;
 use server::Server;
 use std::path::{Path, PathBuf};
@@ -36,8 +44,15 @@ use tokio_util::sync::CancellationToken;
 /// The name ostm-host gives its stepping loop's thread (serve.rs, `STEPPER_THREAD`).
 const STEPPER_THREAD: &str = "ostm-stepper";
 
+/// The nodes of the cluster case, and the replicas of its session's stream.
+const CLUSTER_NODES: usize = 3;
+
+/// How long viewers through NATS are given to reach the host's end after it is
+/// interrupted.
+const END_WAIT: Duration = Duration::from_secs(30);
+
 const USAGE: &str = "usage: ostm-bench-live [--host PATH] [--viewer PATH] [--viewers 1,10,100,1000]
-       [--rate 60,max] [--seconds 5] [--transport tcp[,nats]] [--nats URL] [--nats-pid PID]
+       [--rate 60,max] [--seconds 5] [--transport tcp[,nats][,cluster]] [--nats URL] [--nats-pid PID]
        [--attach-steps 2000000] [--attach-runs 2] [--out DIR]
        ostm-bench-live plain-host --viewers N --rate R|max --stamps FILE --stamp-every K
        ostm-bench-live readers --addr HOST:PORT --viewers N
@@ -45,16 +60,19 @@ const USAGE: &str = "usage: ostm-bench-live [--host PATH] [--viewer PATH] [--vie
 Examples:
   ostm-bench-live --host target/release/ostm-host --rate 60 --viewers 1000 --seconds 10
   ostm-bench-live --transport tcp,nats --nats nats://127.0.0.1:4222 --attach-steps 0
+  ostm-bench-live --transport cluster --viewers 1000 --attach-steps 0   # starts 3 nats-servers
 
 Exit status: 0 every case measured; 2 bad arguments, or a case that could not be measured
-(a server that did not start, a viewer that failed, nothing verified): no row for it, and
-a sentence saying why.";
+(a server that did not start, a viewer that failed over TCP, no viewer attached, nothing
+verified): no row for it, and a sentence saying why. Through NATS a row counts the viewers
+that attached and that verified to the host's end; those that failed are named on stderr.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Transport {
     Plain,
     Tcp,
     Nats,
+    Cluster,
 }
 
 impl Transport {
@@ -63,7 +81,13 @@ impl Transport {
             Transport::Plain => "plain loop (baseline)",
             Transport::Tcp => "tcp",
             Transport::Nats => "nats",
+            Transport::Cluster => "nats cluster (3 nodes)",
         }
+    }
+
+    /// The viewers read the session through NATS.
+    fn nats(self) -> bool {
+        matches!(self, Transport::Nats | Transport::Cluster)
     }
 }
 
@@ -147,6 +171,7 @@ fn parse() -> Args {
                 a.transports = parse_list(&k, &v, |x| match x {
                     "tcp" => Some(Transport::Tcp),
                     "nats" => Some(Transport::Nats),
+                    "cluster" => Some(Transport::Cluster),
                     _ => None,
                 })
             }
@@ -207,13 +232,20 @@ fn rate_arg(rate: Option<u32>) -> String {
 struct Row {
     transport: Transport,
     viewers: usize,
+    attached: usize,
+    /// Viewers that verified every step from their attach to the host's end (through
+    /// NATS only).
+    to_the_end: Option<usize>,
     host_steps_per_s: f64,
     verified_per_viewer_per_s: f64,
     host_cpu_per_step_us: f64,
     stepper_cpu_per_step_us: f64,
     host_cpu_per_record_us: f64,
     viewers_cpu_per_record_us: f64,
-    nats_cpu_per_record_us: Option<f64>,
+    /// Each server's (the one, or each node of the cluster).
+    nats_cpu_per_record_us: Vec<f64>,
+    /// The cluster's node names, the stream's leader marked.
+    nodes: Vec<String>,
     p50_us: f64,
     p99_us: f64,
     resyncs: u64,
@@ -224,6 +256,7 @@ struct Row {
 fn start_server(
     args: &Args,
     t: Transport,
+    nats: &str,
     rate: Option<u32>,
     n: usize,
     stamps: &Path,
@@ -238,14 +271,16 @@ fn start_server(
             c.arg("plain-host").args(["--viewers", &n.to_string()]);
             c
         }
-        Transport::Tcp | Transport::Nats => {
+        Transport::Tcp | Transport::Nats | Transport::Cluster => {
             let mut c = Command::new(&args.host);
             c.args(["serve", "--listen", "127.0.0.1:0", "--status-ms", "0"])
                 .args(["--max-viewers", &(n + 16).to_string()])
                 .args(["--max-waiting", "4096", "--max-waiting-per-address", "4096"]);
-            if t == Transport::Nats {
-                let url = args.nats.as_deref().unwrap_or_default();
-                c.args(["--publish", url, "--session", session]);
+            if t.nats() {
+                c.args(["--publish", nats, "--session", session]);
+            }
+            if t == Transport::Cluster {
+                c.args(["--replicas", &CLUSTER_NODES.to_string()]);
             }
             c
         }
@@ -297,20 +332,20 @@ struct Mark {
     host: Duration,
     stepper: Option<Duration>,
     viewers: Duration,
-    nats: Duration,
+    nats: Vec<Duration>,
     machine_busy: u64,
     verified: u64,
     resyncs: u64,
 }
 
-fn mark(pid: u32, nats_pid: Option<u32>, counts: &[Arc<readers::Counts>]) -> Mark {
+fn mark(pid: u32, nats_pids: &[u32], counts: &[Arc<readers::Counts>]) -> Mark {
     Mark {
         at: Instant::now(),
         ns: readers::now_ns(),
         host: cpu::proc_cpu(pid),
         stepper: cpu::thread_cpu(pid, STEPPER_THREAD),
         viewers: cpu::self_cpu(),
-        nats: nats_pid.map_or(Duration::ZERO, cpu::proc_cpu),
+        nats: nats_pids.iter().map(|&p| cpu::proc_cpu(p)).collect(),
         machine_busy: cpu::machine_ticks().0,
         verified: counts
             .iter()
@@ -333,7 +368,26 @@ fn run_case(
 ) -> Result<Row, String> {
     let stamps = args.out.join(format!("stamps-{case}.txt"));
     let session = format!("bench{}x{case}", std::process::id());
-    let server = start_server(args, t, rate, n, &stamps, &session)?;
+    // The case's own cluster, every node killed when the case ends.
+    let cluster = match t {
+        Transport::Cluster => Some(Cluster::try_start(CLUSTER_NODES)?),
+        _ => None,
+    };
+    // The servers the host publishes to, those the viewers read through (in turn), and
+    // the processes whose CPU is measured.
+    let (publish, reads, nats_pids): (String, Vec<String>, Vec<u32>) = match (&cluster, t) {
+        (Some(c), _) => (
+            c.urls(),
+            c.nodes.iter().map(|n| n.url()).collect(),
+            c.nodes.iter().filter_map(|n| n.pid()).collect(),
+        ),
+        (None, Transport::Nats) => {
+            let url = args.nats.clone().unwrap_or_default();
+            (url.clone(), vec![url], args.nats_pid.into_iter().collect())
+        }
+        _ => (String::new(), Vec::new(), Vec::new()),
+    };
+    let server = start_server(args, t, &publish, rate, n, &stamps, &session)?;
     let pid = server.child.id();
     // At --rate max the host's record ring is full by then, so that what it holds is not
     // counted against the viewers.
@@ -344,7 +398,7 @@ fn run_case(
     let every = stamp_every(rate);
     let mut counts = Vec::with_capacity(n);
     let tasks: Vec<_> = (0..n)
-        .map(|_| {
+        .map(|i| {
             let v = Verifier::new(every);
             counts.push(v.counts.clone());
             let (attached, stop) = (attached.clone(), stop.clone());
@@ -352,8 +406,8 @@ fn run_case(
                 Transport::Plain | Transport::Tcp => {
                     rt.spawn(readers::tcp(server.addr.clone(), v, attached, stop))
                 }
-                Transport::Nats => rt.spawn(readers::nats(
-                    args.nats.clone().unwrap_or_default(),
+                Transport::Nats | Transport::Cluster => rt.spawn(readers::nats(
+                    reads[i % reads.len()].clone(),
                     session.clone(),
                     v,
                     attached,
@@ -370,10 +424,41 @@ fn run_case(
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_secs(1));
-    let a = mark(pid, args.nats_pid, &counts);
+    let a = mark(pid, &nats_pids, &counts);
     std::thread::sleep(args.window);
-    let b = mark(pid, args.nats_pid, &counts);
+    let b = mark(pid, &nats_pids, &counts);
     let rss_during = cpu::rss_kib(pid);
+    let nodes: Vec<String> = cluster.as_ref().map_or_else(Vec::new, |c| {
+        let leader = c
+            .stream_cluster(
+                &ostm_protocol::wire::nats::Session::new(&session)
+                    .map(|s| s.stream())
+                    .unwrap_or_default(),
+            )
+            .map(|(l, _)| l);
+        c.nodes
+            .iter()
+            .map(|n| {
+                if leader.as_deref() == Some(n.name.as_str()) {
+                    format!("{} (leader)", n.name)
+                } else {
+                    n.name.clone()
+                }
+            })
+            .collect()
+    });
+    let mut server = Some(server);
+    if t.nats() {
+        // The host publishes its end when interrupted: each viewer is given a while to
+        // reach it.
+        if let Some(s) = server.take() {
+            stop_server(s, t);
+        }
+        let until = Instant::now() + END_WAIT;
+        while ended(&tasks) < n && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     stop.cancel();
     let results: Vec<Result<Verifier, String>> = rt.block_on(async {
         let mut out = Vec::new();
@@ -382,7 +467,10 @@ fn run_case(
         }
         out
     });
-    stop_server(server, t);
+    if let Some(s) = server {
+        stop_server(s, t);
+    }
+    drop(cluster);
     let host_ns = read_stamps(&stamps);
     let _ = std::fs::remove_file(&stamps);
     let secs = b.at.duration_since(a.at).as_secs_f64();
@@ -401,11 +489,13 @@ fn run_case(
     let mut lat_us = Vec::new();
     let attached = attached.load(Ordering::Relaxed);
     let mut failed = n.saturating_sub(attached);
+    let mut to_the_end = 0;
     // Each distinct failure once, with how many viewers it stopped.
     let mut errors = std::collections::BTreeMap::<&str, usize>::new();
     for r in &results {
         match r {
             Ok(v) => {
+                to_the_end += usize::from(v.verified_to_the_end());
                 for (step, at) in &v.verdicts {
                     if *at < a.ns || *at > b.ns {
                         continue;
@@ -434,7 +524,7 @@ fn run_case(
     if attached == 0 {
         return Err(format!("none of the {n} viewers attached ({first_error})"));
     }
-    if failed > 0 {
+    if failed > 0 && !t.nats() {
         return Err(format!(
             "{failed} of the {n} viewers failed or never attached ({first_error})"
         ));
@@ -458,12 +548,20 @@ fn run_case(
         }
     };
     let host_cpu = b.host.saturating_sub(a.host);
-    let ours = host_cpu + b.viewers.saturating_sub(a.viewers) + b.nats.saturating_sub(a.nats);
+    let nats_cpu: Vec<Duration> = b
+        .nats
+        .iter()
+        .zip(&a.nats)
+        .map(|(y, x)| y.saturating_sub(*x))
+        .collect();
+    let ours = host_cpu + b.viewers.saturating_sub(a.viewers) + nats_cpu.iter().sum::<Duration>();
     let busy =
         b.machine_busy.saturating_sub(a.machine_busy) as f64 / cpu::ticks_per_second() as f64;
     Ok(Row {
         transport: t,
         viewers: n,
+        attached,
+        to_the_end: t.nats().then_some(to_the_end),
         host_steps_per_s,
         verified_per_viewer_per_s: records / n as f64 / secs,
         host_cpu_per_step_us: us(host_cpu, host_steps),
@@ -473,8 +571,8 @@ fn run_case(
         },
         host_cpu_per_record_us: us(host_cpu, records),
         viewers_cpu_per_record_us: us(b.viewers.saturating_sub(a.viewers), records),
-        nats_cpu_per_record_us: (t == Transport::Nats && args.nats_pid.is_some())
-            .then(|| us(b.nats.saturating_sub(a.nats), records)),
+        nats_cpu_per_record_us: nats_cpu.iter().map(|&d| us(d, records)).collect(),
+        nodes,
         p50_us: percentile(&lat_us, 0.5),
         p99_us: percentile(&lat_us, 0.99),
         resyncs: b.resyncs.saturating_sub(a.resyncs),
@@ -516,22 +614,37 @@ fn print_row(r: &Row, plain: Option<&Row>) {
         (_, Some(p)) => f(r.host_cpu_per_record_us / p.host_cpu_per_record_us, 2),
         _ => "-".into(),
     };
-    let mem = if r.transport == Transport::Nats {
+    let mem = if r.transport.nats() {
         "-".to_string()
     } else {
         f(r.memory_per_viewer_kib, 1)
     };
     println!(
-        "| {} | {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {mem} | {} |",
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {mem} | {} |",
         r.transport.name(),
         r.viewers,
+        r.attached,
+        r.to_the_end.map_or("-".into(), |k| k.to_string()),
         f(r.host_steps_per_s, 0),
         f(r.verified_per_viewer_per_s, 0),
         f(r.host_cpu_per_step_us, 1),
         f(r.stepper_cpu_per_step_us, 1),
         f(r.host_cpu_per_record_us, 2),
         f(r.viewers_cpu_per_record_us, 2),
-        r.nats_cpu_per_record_us.map_or("-".into(), |x| f(x, 2)),
+        if r.nats_cpu_per_record_us.is_empty() {
+            "-".to_string()
+        } else {
+            let each: Vec<String> = r
+                .nats_cpu_per_record_us
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| match r.nodes.get(i) {
+                    Some(name) => format!("{name} {}", f(x, 2)),
+                    None => f(x, 2),
+                })
+                .collect();
+            each.join(" / ")
+        },
         f(r.p50_us, 0),
         f(r.p99_us, 0),
         r.resyncs,
@@ -568,8 +681,8 @@ fn main() {
             args.window.as_secs()
         );
         println!();
-        println!("| transport | viewers | host steps/s | verified steps/s per viewer | host CPU per step (µs) | stepping thread CPU per step (µs) | host CPU per delivered record (µs) | × plain loop | viewers' CPU per verified step (µs) | nats-server CPU per delivered record (µs) | p50 latency (µs) | p99 latency (µs) | resyncs | host memory per viewer (KiB) | other load (cores) |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("| transport | viewers | attached | verified to the end | host steps/s | verified steps/s per viewer | host CPU per step (µs) | stepping thread CPU per step (µs) | host CPU per delivered record (µs) | × plain loop | viewers' CPU per verified step (µs) | nats-server CPU per delivered record (µs; each node's) | p50 latency (µs) | p99 latency (µs) | resyncs | host memory per viewer (KiB) | other load (cores) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for &n in &args.viewers {
             case += 1;
             let plain = case_or_stop(&args, &rt, Transport::Plain, rate, n, case);

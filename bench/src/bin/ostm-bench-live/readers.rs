@@ -74,6 +74,14 @@ impl Verifier {
         }
     }
 
+    /// Whether the viewer took the host's end with every step from its attach to the
+    /// end's step verified (no gap, none left open).
+    pub fn verified_to_the_end(&self) -> bool {
+        matches!(self.core.stop(), Some(Stop::HostEnded(_)))
+            && self.core.summary(0).gaps.is_empty()
+            && self.core.resyncs() == 0
+    }
+
     /// What a reader handed over, given to the verifier (records verified one by one);
     /// `attached` counts the first attach. A drift or a failure ends the viewer.
     fn take(&mut self, a: Arrival, attached: &AtomicUsize) -> Result<(), String> {
