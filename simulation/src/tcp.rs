@@ -137,7 +137,7 @@ pub struct Link {
     /// Ticks each way.
     latency: u64,
     /// The reconnection budget (`--reconnect-for`).
-    pub budget_ms: u64,
+    budget_ms: u64,
     /// New connections are refused until this tick (a cut).
     down_until: u64,
     /// When the latest connection's stream ended.
@@ -149,7 +149,7 @@ pub struct Link {
     /// Connections attached.
     attached: u64,
     /// A fault met the reader before its first attach (its first connection may fail).
-    pub faulted_early: bool,
+    faulted_early: bool,
     /// The reader stopped.
     done: bool,
     /// The reader's latest connection attached.
