@@ -196,6 +196,63 @@ fn a_silent_host_is_given_up_on() {
     );
 }
 
+/// The viewer's heartbeats carry the step its world has reached (docs/protocol.md, `0x03`
+/// heartbeat): a host that attached it at step 0 and sent three records hears of step 3
+/// (the viewer's heartbeats said 0 whatever it had verified before).
+#[test]
+fn heartbeats_carry_the_viewers_step() {
+    use ostm_protocol::wire::{Record, ToHost};
+    let (mut bytes, mut world) = handshake_to(0);
+    for _ in 0..3 {
+        let step = world.step;
+        world.step(&[]);
+        let record = ToViewer::Record(Record {
+            step,
+            hash: world.hash(),
+            input: bytes::Bytes::new(),
+        });
+        bytes.extend(frame_of(&record));
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Answers the hello with the handshake and the records, then reports the step of each
+    // heartbeat until the connection closes.
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else { return };
+        s.set_read_timeout(Some(LIMIT)).unwrap();
+        let mut dec = HostCodec::new("viewer");
+        let mut src = BytesMut::new();
+        let mut sent = false;
+        let mut chunk = [0u8; 4096];
+        while let Ok(n @ 1..) = s.read(&mut chunk) {
+            src.extend_from_slice(&chunk[..n]);
+            while let Ok(Some(m)) = dec.decode(&mut src) {
+                match m {
+                    ToHost::Hello(_) if !sent => {
+                        sent = true;
+                        s.write_all(&bytes).unwrap();
+                    }
+                    // The test has heard enough.
+                    ToHost::Heartbeat { viewer_step } if tx.send(viewer_step).is_err() => return,
+                    _ => {}
+                }
+            }
+        }
+    });
+    let _viewer = spawn_viewer(&["attach", &addr]);
+    // A heartbeat a second, from the attach: one of the first five says step 3 (the
+    // records are verified within moments, however loaded the machine).
+    let mut steps = Vec::new();
+    while steps.len() < 5 && steps.last() != Some(&3) {
+        match rx.recv_timeout(LIMIT) {
+            Ok(step) => steps.push(step),
+            Err(_) => break,
+        }
+    }
+    assert_eq!(steps.last(), Some(&3), "heartbeats heard: {steps:?}");
+}
+
 /// A host whose snapshot is at step u64::MAX and whose record is for that step: the
 /// viewer verifies it (the world's step wraps to 0, as `World::step` does) rather than
 /// overflowing on the host's step.

@@ -415,6 +415,8 @@ impl Reader {
             if buf.capacity() - buf.len() < READ_BUFFER / 2 {
                 buf.reserve(READ_BUFFER);
             }
+            // The heartbeats say the step the verifier has reached.
+            m.handle_viewer_step(self.shared.viewer_step.load(Ordering::Relaxed));
             let deadline = self.deadline(m);
             tokio::select! {
                 biased;
