@@ -536,7 +536,6 @@ fn verifying_again(sim: &mut Sim, i: usize) {
             Some(Stop::Drift(_) | Stop::Failed(Failure::KeyframeOfAnotherWorld))
         )
         || matches!(v.core.stop(), Some(Stop::Failed(Failure::Other(s))) if s.contains(ANOTHER_WORLD))
-        || sim.stream.as_ref().is_some_and(|n| n.stranded(i))
     {
         return;
     }

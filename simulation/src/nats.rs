@@ -134,20 +134,6 @@ impl Reading {
     }
 }
 
-impl Nats {
-    /// Whether viewer `i`'s reader took sequences past the stream's last: the cluster lost
-    /// them and numbers new messages from below again, which the reader skips as taken
-    /// (a finding: it waits until the stream passes them, or gives the session up after
-    /// 30 s).
-    pub fn stranded(&self, i: usize) -> bool {
-        self.readings
-            .get(i)
-            .and_then(Option::as_ref)
-            .and_then(|r| r.reader.as_ref())
-            .is_some_and(|m| m.last_seq() > self.cluster.last_seq())
-    }
-}
-
 /// The session's NATS side, when a viewer reads through NATS: the cluster from the seed,
 /// each NATS viewer's node and spool bound.
 pub fn setup(sim: &mut Sim) {
