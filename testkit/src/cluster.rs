@@ -289,12 +289,18 @@ impl Cluster {
                     .and_then(|j| j["meta_cluster"]["leader"].as_str())
                     .unwrap_or("")
                     .to_string();
-                let health = monitor(n.http_port, "/healthz")
+                let healthz = monitor(n.http_port, "/healthz");
+                let health = healthz
+                    .as_ref()
                     .and_then(|h| h["status"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                let unhealthy = healthz
+                    .as_ref()
+                    .and_then(|h| h["error"].as_str().map(|e| format!(" ({e})")))
                     .unwrap_or_default();
                 if (routes as usize) < up.len() - 1 || leader.is_empty() || health != "ok" {
                     why.push(format!(
-                        "{}: {routes} routes, meta leader {leader:?}, health {health:?}",
+                        "{}: {routes} routes, meta leader {leader:?}, health {health:?}{unhealthy}",
                         n.name
                     ));
                 }
@@ -467,14 +473,45 @@ impl Cluster {
     }
 
     /// Lets node `i` reach the others again after [`Cluster::cut_off`] (its routes are
-    /// made again as the nodes retry them, about once a second), and waits until the
-    /// cluster is ready.
+    /// made again as the nodes retry them, about once a second), and waits until every
+    /// running node has its routes to every other again. Not until it is healthy: a node
+    /// back from a partition catches up with the stream first, and how long that takes
+    /// (or whether it ends) is for the test to report, not to wait on.
+    ///
+    /// # Panics
+    /// The routes are not all back within [`LIMIT`].
     pub fn heal(&mut self, i: usize) {
         for l in self.links.iter().filter(|l| l.0 == i || l.1 == i) {
             l.2.heal();
         }
         self.nodes[i].cut = false;
-        self.wait_ready();
+        let up: Vec<&Node> = self
+            .nodes
+            .iter()
+            .filter(|n| n.running() && !n.paused && !n.cut)
+            .collect();
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let short: Vec<String> = up
+                .iter()
+                .filter_map(|n| {
+                    let routes = monitor(n.http_port, "/routez")
+                        .and_then(|r| r["num_routes"].as_u64())
+                        .unwrap_or(0);
+                    ((routes as usize) < up.len() - 1)
+                        .then(|| format!("{}: {routes} routes", n.name))
+                })
+                .collect();
+            if short.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the routes are not back after the heal: {}",
+                short.join("; ")
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Kills every node.

@@ -10,7 +10,8 @@
 //! - a follower's stream files truncated, and in another run one byte flipped, while it
 //!   is down, then started again;
 //! - every node SIGKILLed at once, then all started again;
-//! - the node a viewer is attached to SIGKILLed for good: the viewer moves to another.
+//! - the node a viewer is attached to SIGKILLed for good: the viewer moves to another;
+//! - the node a viewer is attached to cut off from the others for 15 s, then healed.
 //!
 //! Each time: the host keeps stepping; each viewer ends with every step from its attach
 //! to the end either verified or named in a gap (never `ok` over a step it did not
@@ -125,7 +126,7 @@ fn end(v: Viewer, who: &str, rows: &[u64]) -> Verdict {
     // keyframe closed), named like every other gap.
     let open = last["open_gap"] == true;
     let (verdict, exit) = if open { ("incomplete", 1) } else { ("ok", 0) };
-    assert_eq!(last["verdict"], verdict, "{who}: {last}");
+    assert_eq!(last["verdict"], verdict, "{who}: {last}\n{}", stderr(&out));
     assert_eq!(code(&out), exit, "{who}:\n{text}\n{}", stderr(&out));
     let gaps: Vec<(u64, u64)> = last["gaps"]
         .as_array()
@@ -332,10 +333,15 @@ enum Fault {
     AllKilled,
     /// The node viewer A is attached to (not the stream's leader) SIGKILLed for good.
     ViewersNodeGone,
+    /// The node viewer A is attached to (not the stream's leader) cut off from the other
+    /// nodes for 15 s of the host's steps (less than a viewer's 30 s of silence), then
+    /// healed.
+    ViewersNodeCutOff,
 }
 
 fn session(fault: Fault, name: &str) {
-    let mut cluster = if fault == Fault::LeaderCutOff {
+    let cut = matches!(fault, Fault::LeaderCutOff | Fault::ViewersNodeCutOff);
+    let mut cluster = if cut {
         Cluster::start_linked(3)
     } else {
         Cluster::start(3)
@@ -384,7 +390,7 @@ fn session(fault: Fault, name: &str) {
         Fault::FollowerTruncated | Fault::FollowerFlipped => f1,
         // The node viewer A is on: F1 when F1 has a client besides the host (which is on
         // node 0), else F2 (viewer B's too, then both move).
-        Fault::ViewersNodeGone => {
+        Fault::ViewersNodeGone | Fault::ViewersNodeCutOff => {
             if clients(&cluster, f1) > u64::from(f1 == 0) {
                 f1
             } else {
@@ -400,7 +406,7 @@ fn session(fault: Fault, name: &str) {
             cluster.pause(victim);
             15 * RATE
         }
-        Fault::LeaderCutOff => {
+        Fault::LeaderCutOff | Fault::ViewersNodeCutOff => {
             cluster.cut_off(victim);
             15 * RATE
         }
@@ -421,7 +427,7 @@ fn session(fault: Fault, name: &str) {
         cluster.resume(victim);
         cluster.wait_stream_leader(&stream);
     }
-    if fault == Fault::LeaderCutOff {
+    if cut {
         cluster.heal(victim);
         cluster.wait_stream_leader(&stream);
     }
@@ -551,6 +557,11 @@ fn every_node_killed_at_once_and_started_again() {
 #[test]
 fn the_node_a_viewer_is_on_killed_for_good_the_viewer_moves_to_another() {
     session(Fault::ViewersNodeGone, "gone");
+}
+
+#[test]
+fn the_node_a_viewer_is_on_cut_off_from_the_others_for_15_s_then_healed() {
+    session(Fault::ViewersNodeCutOff, "island");
 }
 
 /// A stream that exists with other replicas is used as it is, and the host says so; a

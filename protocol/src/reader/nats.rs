@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 
 /// How long the reader waits for any message before it gives the session up: longer than
 /// over TCP, since a NATS server that restarts takes the client a few reconnection
-/// attempts and the ordered consumer two missed idle heartbeats (5 s each) to resume.
+/// attempts and the reader a new consumer (asked for every 3 s of quiet) to resume.
 pub const SILENCE_MS: u64 = 30_000;
 /// How long without a message before the reader reads on with a new consumer.
 pub const RESUME_AFTER_MS: u64 = 3_000;

@@ -27,7 +27,7 @@ use tracing::debug;
 
 /// How long the reader waits for any message before it gives the session up: longer than
 /// over TCP, since a NATS server that restarts takes the client a few reconnection
-/// attempts and the ordered consumer two missed idle heartbeats (5 s each) to resume.
+/// attempts and the reader a new consumer (asked for every 3 s of quiet) to resume.
 pub const SILENCE: Duration = Duration::from_secs(30);
 /// How long a drift request waits for the host's reply.
 pub const DRIFT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -312,8 +312,14 @@ async fn read_on(
                         nats::Event::Silent => silent = true,
                         nats::Event::Resume { from_seq } => {
                             debug!(last_seq = m.last_seq(), "no message for a while: reading on with a new consumer");
-                            if let Ok(again) = read_from(link.stream, &filter, from_seq).await {
-                                messages = again;
+                            // Each attempt is given as long as the quiet wait: a consumer
+                            // the cluster places on a server that has gone never answers,
+                            // and the next attempt may land on one that runs.
+                            let attempt = Duration::from_millis(nats::RESUME_AFTER_MS);
+                            match tokio::time::timeout(attempt, read_from(link.stream, &filter, from_seq)).await {
+                                Ok(Ok(again)) => messages = again,
+                                Ok(Err(e)) => debug!(error = %e, "cannot create a new consumer yet"),
+                                Err(_) => debug!(?attempt, "no new consumer within the attempt's time"),
                             }
                             m.handle_wake(now());
                         }
