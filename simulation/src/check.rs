@@ -222,6 +222,28 @@ pub fn at_end(sim: &mut Sim) {
     }
     viewers_agree(sim);
     stream_stores_each_id_once(sim);
+    readers_not_stranded(sim);
+}
+
+/// No NATS reader is left at the end past the stream's last sequence (a cluster that lost
+/// its tail numbers new messages from below it again: a reader waiting past them would
+/// skip them as taken and hear nothing until the stream caught up).
+fn readers_not_stranded(sim: &mut Sim) {
+    let Some(n) = sim.stream.as_ref() else {
+        return;
+    };
+    let stranded = (0..sim.viewers.len())
+        // Still reading when the run ended (a viewer stopped earlier read no further).
+        .filter(|&i| {
+            sim.viewers[i].reads_nats()
+                && matches!(sim.viewers[i].core.stop(), Some(Stop::Interrupted))
+        })
+        .find_map(|i| n.stranded(i).map(|(taken, last)| (i, taken, last)));
+    if let Some((i, taken, last)) = stranded {
+        sim.violate(format!(
+            "viewer {i}'s NATS reader took sequence {taken}, past the stream's last ({last}): it skips what the stream numbers again"
+        ));
+    }
 }
 
 /// The named stretches of viewer `i`'s verdict (gaps, an open one included, and resyncs),

@@ -521,6 +521,15 @@ impl Cluster {
             .collect()
     }
 
+    /// The stream's last sequence, as its leader (or, with none, the longest log) has it:
+    /// what a stream's information says.
+    pub fn last_seq(&self) -> u64 {
+        match self.leader {
+            Some(l) => self.nodes[l].last_seq(),
+            None => self.nodes.iter().map(Node::last_seq).max().unwrap_or(0),
+        }
+    }
+
     /// The messages the leader holds now, in order (for the checks).
     pub fn stored(&self) -> impl Iterator<Item = &Entry> {
         self.leader

@@ -134,6 +134,17 @@ impl Reading {
     }
 }
 
+impl Nats {
+    /// Whether viewer `i`'s reader took sequences past the stream's last, and so skips
+    /// the messages the stream numbers with them now (the cluster lost its tail).
+    pub fn stranded(&self, i: usize) -> Option<(u64, u64)> {
+        let r = self.readings.get(i)?.as_ref()?;
+        let taken = r.reader.as_ref()?.last_seq();
+        let last = self.cluster.last_seq();
+        (!r.done && taken > last).then_some((taken, last))
+    }
+}
+
 /// The session's NATS side, when a viewer reads through NATS: the cluster from the seed,
 /// each NATS viewer's node and spool bound.
 pub fn setup(sim: &mut Sim) {
@@ -642,7 +653,7 @@ pub fn viewer_tick(sim: &mut Sim, i: usize) {
     if connected && !r.done {
         read(sim, i, ms);
     }
-    timers(sim, i, ms);
+    timers(sim, i, ms, connected);
     verify(sim, i);
 }
 
@@ -786,9 +797,17 @@ fn spool(sp: &mut Spool, reader: &mut Reader, batch: &mut Vec<Arrival>) {
     }
 }
 
-/// The reader's timers: a quiet stream read on with a new consumer, silence.
-fn timers(sim: &mut Sim, i: usize, ms: u64) {
-    let Some(r) = reading(sim, i) else {
+/// The reader's timers: a quiet stream read on with a new consumer (from the stream's
+/// last sequence, when that is below the reader's), silence.
+fn timers(sim: &mut Sim, i: usize, ms: u64, connected: bool) {
+    let Some(Nats {
+        cluster, readings, ..
+    }) = sim.stream.as_mut()
+    else {
+        return;
+    };
+    let last = (connected && cluster.available()).then(|| cluster.last_seq());
+    let Some(r) = readings.get_mut(i).and_then(Option::as_mut) else {
         return;
     };
     let Some(reader) = r.reader.as_mut() else {
@@ -804,7 +823,7 @@ fn timers(sim: &mut Sim, i: usize, ms: u64) {
         match ev {
             reader::Event::Deliver(a) => batch.push(a),
             reader::Event::Resume { from_seq } => {
-                r.next_seq = from_seq;
+                r.next_seq = last.map_or(from_seq, |l| reader.handle_stream_last(l));
                 reader.handle_wake(ms);
             }
             reader::Event::Silent => silent = true,

@@ -217,6 +217,16 @@ impl Reader {
         self.spool_full.is_some() && self.draining
     }
 
+    /// The stream's last sequence, as the server gave it when the driver reads on after
+    /// [`Event::Resume`]: returns the sequence to read on from. Below the last one taken,
+    /// the stream lost its tail (a cluster that lost acknowledged messages) and numbers the
+    /// next messages from there again: the reader takes them as new (one it took before is
+    /// skipped by its step), not as repeats.
+    pub fn handle_stream_last(&mut self, last: u64) -> u64 {
+        self.last_seq = self.last_seq.min(last);
+        self.last_seq + 1
+    }
+
     /// The driver did something else (passed a drift request on, met a read error): the
     /// quiet wait starts again.
     pub fn handle_wake(&mut self, now: Millis) {
@@ -592,6 +602,31 @@ mod tests {
             [
                 "gap to 15: steps 10..15 are not on the stream OSTM_demo before its end",
                 "end 15"
+            ]
+        );
+    }
+
+    /// Found by the simulated JetStream: a cluster that lost its acknowledged tail numbered
+    /// new messages from below the reader's last sequence, and the reader skipped them as
+    /// taken.
+    #[test]
+    fn a_stream_whose_sequences_went_back_is_read_from_its_last() {
+        let mut r = reader();
+        let rec = Session::new("demo").unwrap().records();
+        let keys = Session::new("demo").unwrap().keyframes();
+        assert_eq!(r.handle_message(1, &rec, 6, &recs(10..12)), Ok(None));
+        assert_eq!(r.handle_message(2, &rec, 7, &recs(12..14)), Ok(None));
+        drain(&mut r);
+        // Sequence 7 was lost: the stream's last is 6, and its next messages are 7, 8.
+        assert_eq!(r.handle_stream_last(9), 8);
+        assert_eq!(r.handle_stream_last(6), 7);
+        assert_eq!(r.handle_message(3, &rec, 7, &recs(16..17)), Ok(None));
+        assert_eq!(r.handle_message(4, &keys, 8, &key(world(1, 20))), Ok(None));
+        assert_eq!(
+            drain(&mut r),
+            [
+                "missing".to_string(),
+                "gap to 20 (keyframe): steps 14..20 are not on the stream OSTM_demo; continuing from its keyframe at step 20".into()
             ]
         );
     }

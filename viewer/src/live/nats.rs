@@ -312,11 +312,19 @@ async fn read_on(
                         nats::Event::Silent => silent = true,
                         nats::Event::Resume { from_seq } => {
                             debug!(last_seq = m.last_seq(), "no message for a while: reading on with a new consumer");
+                            // From the stream's last sequence when it went back below the
+                            // reader's (a cluster that lost its tail numbers again from there);
+                            // a stream without a leader does not answer: 0.5 s at most.
+                            let info = tokio::time::timeout(Duration::from_millis(500), link.stream.get_info());
+                            let from = match info.await {
+                                Ok(Ok(info)) => m.handle_stream_last(info.state.last_sequence),
+                                _ => from_seq,
+                            };
                             // Each attempt is given as long as the quiet wait: a consumer
                             // the cluster places on a server that has gone never answers,
                             // and the next attempt may land on one that runs.
                             let attempt = Duration::from_millis(nats::RESUME_AFTER_MS);
-                            match tokio::time::timeout(attempt, read_from(link.stream, &filter, from_seq)).await {
+                            match tokio::time::timeout(attempt, read_from(link.stream, &filter, from)).await {
                                 Ok(Ok(again)) => messages = again,
                                 Ok(Err(e)) => debug!(error = %e, "cannot create a new consumer yet"),
                                 Err(_) => debug!(?attempt, "no new consumer within the attempt's time"),
