@@ -9,6 +9,7 @@
 //!   authentication and its client options).
 //! - [`join`]: joining a session on NATS JetStream as a viewer does (the stream from a
 //!   sequence on, the host's rate).
+//! - [`follow`]: the NATS reader machine's driver loop, which the viewer and the bench run.
 //! - [`signal`]: the stop signal (SIGINT, SIGTERM).
 //! - [`shell`]: the `completions` and `man` commands (clap_complete, clap_mangen).
 //! - [`metrics`]: the `/metrics` endpoint of `--metrics ADDR` (prometheus-client).
@@ -18,6 +19,7 @@
 
 pub mod cli;
 pub mod codec;
+pub mod follow;
 pub mod join;
 pub mod logging;
 pub mod metrics;

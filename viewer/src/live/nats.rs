@@ -18,6 +18,7 @@ use ostm_protocol::wire::nats::{self as wire, another_world, Session};
 use ostm_protocol::wire::{DriftReply, ToHost, ToViewer, ViewerCodec};
 use ostm_protocol::{FormatError, World};
 use ostm_runtime::cli::NatsAuthArgs;
+use ostm_runtime::follow::{follow, Followed, Hand};
 use ostm_runtime::join::{rate, read_from};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -284,115 +285,80 @@ struct Link<'a> {
 
 /// Reads the stream's messages into the spool through the NATS reader's machine
 /// ([`nats::Reader`]: the gap rule, messages taken once by stream sequence, the silence
-/// and the resumption of a quiet stream with a new consumer), passing the verifier's drift
-/// requests on, until the stream's end message, a refusal, or the silence.
+/// and the resumption of a quiet stream with a new consumer) by the one NATS driver loop
+/// ([`follow`]), passing the verifier's drift requests on, until the stream's end
+/// message, a refusal, or the silence.
 async fn read_on(
     link: &mut Link<'_>,
     mut m: nats::Reader,
-    mut messages: pull::Ordered,
+    messages: pull::Ordered,
     shared: &Shared,
     spool: &Spool,
 ) -> Ended<Lost> {
     let s = &link.target.session;
     let filter = s.filter();
-    let started = tokio::time::Instant::now();
-    let now = || started.elapsed().as_millis() as u64;
-    let mut batch: Vec<Item> = Vec::new();
-    loop {
-        let at = started + Duration::from_millis(m.poll_timeout().unwrap_or(u64::MAX / 2));
-        let msg = tokio::select! {
-            biased;
-            msg = messages.next() => msg,
-            _ = tokio::time::sleep_until(at) => {
-                m.handle_timeout(now());
-                let mut silent = false;
-                while let Some(e) = m.poll_event() {
-                    match e {
-                        nats::Event::Deliver(a) => batch.push(a),
-                        nats::Event::Silent => silent = true,
-                        nats::Event::Resume { from_seq } => {
-                            debug!(last_seq = m.last_seq(), "no message for a while: reading on with a new consumer");
-                            // From the stream's last sequence when it went back below the
-                            // reader's (a cluster that lost its tail numbers again from there);
-                            // a stream without a leader does not answer: 0.5 s at most.
-                            let info = tokio::time::timeout(Duration::from_millis(500), link.stream.get_info());
-                            let from = match info.await {
-                                Ok(Ok(info)) => m.handle_stream_last(info.state.last_sequence),
-                                _ => from_seq,
-                            };
-                            // Each attempt is given as long as the quiet wait: a consumer
-                            // the cluster places on a server that has gone never answers,
-                            // and the next attempt may land on one that runs.
-                            let attempt = Duration::from_millis(nats::RESUME_AFTER_MS);
-                            match tokio::time::timeout(attempt, read_from(link.stream, &filter, from)).await {
-                                Ok(Ok(again)) => messages = again,
-                                Ok(Err(e)) => debug!(error = %e, "cannot create a new consumer yet"),
-                                Err(_) => debug!(?attempt, "no new consumer within the attempt's time"),
-                            }
-                            m.handle_wake(now());
-                        }
-                    }
-                }
-                if silent {
-                    let _ = spool.push_all(&mut batch);
-                    return Ended::Lost(Lost::Silent {
-                        name: s.name().to_string(),
-                        url: link.target.url.clone(),
-                    });
-                }
-                continue;
+    let stream = link.stream;
+    let mut hand = Spooling {
+        link,
+        shared,
+        spool,
+    };
+    let followed = follow(stream, &filter, &mut m, messages, &mut hand).await;
+    let link = hand.link;
+    match followed {
+        Followed::End(_) => {
+            // The verifier may still be behind and find a drift: its request goes to the
+            // host as before (which answers, or is gone) until the session drops the
+            // reader.
+            while let Some(r) = link.from_verifier.recv().await {
+                pass_on(link.client, &s.drift(), r, link.replies).await;
             }
-            r = link.from_verifier.recv() => {
-                if let Some(r) = r {
-                    pass_on(link.client, &s.drift(), r, link.replies).await;
-                }
-                m.handle_wake(now());
-                continue;
-            }
-        };
-        let msg = match msg {
-            None => return Ended::Lost(Lost::StreamEnded { stream: s.stream() }),
-            Some(Err(e)) => {
-                // The ordered consumer recreates itself after a server restart; a gap
-                // this leaves is found by step number.
-                debug!("stream read error: {e}");
-                m.handle_wake(now());
-                continue;
-            }
-            Some(Ok(msg)) => msg,
-        };
-        let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-        let taken = m.handle_message(now(), msg.subject.as_str(), seq, &msg.payload);
-        while let Some(e) = m.poll_event() {
-            if let nats::Event::Deliver(a) = e {
-                match &a {
-                    Item::Gap {
-                        to, world: Some(_), ..
-                    } => debug!(to, "a keyframe closes a gap"),
-                    Item::Missing { why } => debug!(why, "records missing; waiting for a keyframe"),
-                    _ => {}
-                }
-                batch.push(a);
+            Ended::End
+        }
+        Followed::Silent => Ended::Lost(Lost::Silent {
+            name: s.name().to_string(),
+            url: link.target.url.clone(),
+        }),
+        Followed::StreamEnded => Ended::Lost(Lost::StreamEnded { stream: s.stream() }),
+        Followed::Refused(e) => Ended::Broken(Lost::Refused(e)),
+        Followed::Stopped(e) => Ended::Broken(Lost::Spool(e)),
+    }
+}
+
+/// The viewer's side of the NATS driver loop: what the machine delivers goes to the
+/// spool, the verifier's drift requests to the host.
+struct Spooling<'l, 'a> {
+    link: &'l mut Link<'a>,
+    shared: &'l Shared,
+    spool: &'l Spool,
+}
+
+impl Hand for Spooling<'_, '_> {
+    type Stop = std::io::Error;
+
+    fn deliver(&mut self, m: &mut nats::Reader, batch: &mut Vec<Item>) -> std::io::Result<()> {
+        for a in batch.iter() {
+            match a {
+                Item::Gap {
+                    to, world: Some(_), ..
+                } => debug!(to, "a keyframe closes a gap"),
+                Item::Missing { why } => debug!(why, "records missing; waiting for a keyframe"),
+                _ => {}
             }
         }
-        shared.host_step.fetch_max(m.host_step(), Ordering::Relaxed);
-        // What was whole and valid goes to the verifier, also before a refusal.
-        if let Err(e) = push(spool, &mut m, &mut batch) {
-            return Ended::Broken(Lost::Spool(e));
-        }
-        match taken {
-            Ok(None) => {}
-            Ok(Some(_)) => {
-                // The verifier may still be behind and find a drift: its request goes
-                // to the host as before (which answers, or is gone) until the session
-                // drops the reader.
-                while let Some(r) = link.from_verifier.recv().await {
-                    pass_on(link.client, &s.drift(), r, link.replies).await;
-                }
-                return Ended::End;
-            }
-            Err(e) => return Ended::Broken(Lost::Refused(e)),
-        }
+        self.shared
+            .host_step
+            .fetch_max(m.host_step(), Ordering::Relaxed);
+        push(self.spool, m, batch)
+    }
+
+    async fn request(&mut self) -> Option<ToHost> {
+        self.link.from_verifier.recv().await
+    }
+
+    async fn pass_on(&mut self, r: ToHost) {
+        let link = &self.link;
+        pass_on(link.client, &link.target.session.drift(), r, link.replies).await;
     }
 }
 

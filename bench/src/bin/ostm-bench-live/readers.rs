@@ -11,12 +11,12 @@
 //! failure or a lost connection ends the viewer with its sentence).
 
 use bytes::BytesMut;
-use futures::StreamExt;
 use ostm_protocol::reader::{nats, tcp, Arrival};
 use ostm_protocol::session::{self, Goal, Limits, Millis, Stop};
 use ostm_protocol::sim::op::for_each_op;
-use ostm_protocol::wire::{RecordRef, ViewerCodec};
+use ostm_protocol::wire::{RecordRef, ToHost, ViewerCodec};
 use ostm_protocol::Op;
+use ostm_runtime::follow::{follow, Followed, Hand};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -372,72 +372,59 @@ pub async fn nats(
         .await?;
         Ok::<_, String>((stream, key.sequence, world, rate, messages))
     };
-    let (stream, key_seq, world, rate, mut messages) = tokio::select! {
+    let (stream, key_seq, world, rate, messages) = tokio::select! {
         // Not attached when the case ends: the caller counts it as failed, once.
         _ = stop.cancelled() => return Ok(v),
         j = join => j.map_err(|e| format!("{NOT_ATTACHED}{e}"))?,
     };
-    let clock = Clock(Instant::now());
     let name = format!("{url}/{}", session.name());
-    let mut m = nats::Reader::new(name, session, world.clone(), key_seq, clock.now());
+    let mut m = nats::Reader::new(name, session, world.clone(), key_seq, 0);
     v.take(nats::joined(world, rate, 1), &attached)?;
-    loop {
-        let msg = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            msg = messages.next() => msg,
-            _ = tokio::time::sleep_until(clock.at(m.poll_timeout())) => {
-                m.handle_timeout(clock.now());
-                while let Some(e) = m.poll_event() {
-                    match e {
-                        nats::Event::Deliver(a) => v.take(a, &attached)?,
-                        nats::Event::Silent => {
-                            return Err(format!(
-                                "the session sent nothing for {} ms",
-                                nats::SILENCE_MS
-                            ))
-                        }
-                        nats::Event::Resume { from_seq } => {
-                            let again =
-                                ostm_runtime::join::read_from(&stream, &filter, from_seq).await;
-                            if let Ok(again) = again {
-                                messages = again;
-                            }
-                            m.handle_wake(clock.now());
-                        }
-                    }
-                }
-                continue;
-            }
-        };
-        let msg = match msg {
-            None => {
-                return Err(format!(
-                    "the stream {} ended",
-                    stream.cached_info().config.name
-                ))
-            }
-            Some(Err(_)) => {
-                // The ordered consumer recreates itself; a gap this leaves is found by
-                // step number.
-                m.handle_wake(clock.now());
-                continue;
-            }
-            Some(Ok(msg)) => msg,
-        };
-        let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-        let taken = m.handle_message(clock.now(), msg.subject.as_str(), seq, &msg.payload);
-        while let Some(e) = m.poll_event() {
-            if let nats::Event::Deliver(a) = e {
-                v.take(a, &attached)?;
-            }
+    let mut hand = Verifying { v, attached };
+    let followed = tokio::select! {
+        f = follow(&stream, &filter, &mut m, messages, &mut hand) => f,
+        _ = stop.cancelled() => return Ok(hand.v),
+    };
+    match followed {
+        Followed::End(_) => Ok(hand.v),
+        Followed::Stopped(why) => Err(why),
+        Followed::Refused(e) => Err(e.to_string()),
+        Followed::Silent => Err(format!(
+            "the session sent nothing for {} ms",
+            nats::SILENCE_MS
+        )),
+        Followed::StreamEnded => Err(format!(
+            "the stream {} ended",
+            stream.cached_info().config.name
+        )),
+    }
+}
+
+/// The bench's side of the NATS driver loop ([`follow`]): what the machine delivers is
+/// verified at once; no drift request (a drift ends the viewer).
+struct Verifying {
+    v: Verifier,
+    attached: Arc<AtomicUsize>,
+}
+
+impl Hand for Verifying {
+    type Stop = String;
+
+    fn deliver(&mut self, _: &mut nats::Reader, batch: &mut Vec<Arrival>) -> Result<(), String> {
+        for a in batch.drain(..) {
+            self.v.take(a, &self.attached)?;
         }
-        match taken {
-            Ok(None) => {}
-            Ok(Some(_)) => break,
-            Err(e) => return Err(e.to_string()),
-        }
+        Ok(())
+    }
+
+    async fn request(&mut self) -> Option<ToHost> {
+        std::future::pending().await
+    }
+
+    async fn pass_on(&mut self, _: ToHost) {}
+
+    async fn after_message(&mut self) {
+        // One message, and the other viewers of the thread run.
         tokio::task::yield_now().await;
     }
-    Ok(v)
 }
