@@ -16,7 +16,7 @@
 pub mod nats;
 pub mod tcp;
 
-use crate::session::{feed, Input, Verifier};
+use crate::session::{Input, Verifier};
 use crate::wire::{End, Record, RecordRun, Welcome};
 use crate::World;
 
@@ -72,10 +72,16 @@ impl Arrival {
             Arrival::Resync(world) => Input::Resync(world),
             Arrival::End(e) => Input::End(e),
             Arrival::Lost { why, last } => Input::Lost { why, last },
-            Arrival::Gap { world, why, .. } => {
-                feed::gap(v, world, why);
-                return None;
-            }
+            // With the keyframe that closed it the world restarts there; without one the
+            // records stopped at the viewer's step and the gap stays open to the end.
+            Arrival::Gap {
+                world: Some(world),
+                why,
+                ..
+            } => Input::Rejoined { world, why },
+            Arrival::Gap {
+                world: None, why, ..
+            } => Input::Missing { why },
             back @ (Arrival::Record(_) | Arrival::Records(_) | Arrival::Missing { .. }) => {
                 return Some(back)
             }

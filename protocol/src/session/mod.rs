@@ -21,8 +21,6 @@
 //!
 //! # Layout
 //! - [`drift`]: the drift evidence and its report (the one place drift is explained).
-//! - [`feed`]: a stream that cannot resend what it lost (NATS): duplicates, gaps and the
-//!   keyframe that closes them.
 //! - [`trail`]: the world before the step being verified, without a copy per step.
 
 /// Whether fault `$p` is planted in verifier `$v` (never, without the `plants` feature:
@@ -48,12 +46,10 @@ pub(crate) const fn no_plant() -> bool {
 }
 
 pub mod drift;
-pub mod feed;
 pub mod tally;
 pub mod trail;
 
 pub use drift::{on_drift, sample_evidence, DriftReport, Evidence, Stages};
-pub use feed::Feed;
 pub use tally::Tally;
 pub use trail::Trail;
 

@@ -4,7 +4,7 @@
 use super::*;
 use crate::sim::op::encode_input;
 use crate::sim::scenario::Scenario;
-use crate::wire::{DriftStatus, End, EndReason};
+use crate::wire::{DriftStatus, End, EndReason, ToViewer};
 use crate::{Dims, Setup};
 
 /// A host: its world and the scenario that gives its inputs.
@@ -376,29 +376,90 @@ fn until_at_or_below_the_attach_step_is_refused_and_nothing_before_the_snapshot(
     ));
 }
 
-/// The host's records and keyframes as a NATS stream holds them.
-fn rec(h: &mut Host) -> (u64, u64, Vec<u8>, Vec<Op>) {
-    h.step()
+/// The host's records, keyframes and end as a NATS stream holds them, read by the real
+/// NATS reader and handed to the verifier as the viewer's driver does
+/// (`reader::Arrival::give`, records decoded and verified one by one).
+struct Stream {
+    reader: crate::reader::nats::Reader,
+    session: crate::wire::nats::Session,
+    seq: u64,
 }
 
-/// A record through the feed.
-fn feed_one(f: &mut Feed, v: &mut Verifier, r: &(u64, u64, Vec<u8>, Vec<Op>)) -> Option<u64> {
-    let rr = RecordRef {
-        step: r.0,
-        hash: r.1,
-        input: &r.2,
-    };
-    f.record(v, rr, &r.3)
+impl Stream {
+    /// The stream a verifier attached at `h`'s world reads on from.
+    fn new(v: &Verifier) -> Stream {
+        let session = crate::wire::nats::Session::new("t").unwrap();
+        let name = "nats://127.0.0.1:4222/t".to_string();
+        let reader =
+            crate::reader::nats::Reader::new(name, session.clone(), v.world().clone(), 0, 0);
+        Stream {
+            reader,
+            session,
+            seq: 0,
+        }
+    }
+
+    /// The next message on the stream: the hash of the last record verified from it.
+    fn message(&mut self, v: &mut Verifier, subject: String, m: ToViewer) -> Option<u64> {
+        use crate::reader::{nats::Event as ReaderEvent, Arrival};
+        let mut payload = bytes::BytesMut::new();
+        crate::wire::HostCodec::new("t")
+            .encode(&m, &mut payload)
+            .unwrap();
+        self.seq += 1;
+        let _ = self
+            .reader
+            .handle_message(self.seq, &subject, self.seq, &payload);
+        let mut verified = None;
+        while let Some(e) = self.reader.poll_event() {
+            let ReaderEvent::Deliver(a) = e else { continue };
+            match a.give(v) {
+                Some(Arrival::Record(r)) => {
+                    let ops = crate::sim::op::decode_input("record", &r.input, 0).unwrap();
+                    verified = v.handle_record(RecordRef::from(&r), &ops);
+                }
+                Some(Arrival::Missing { .. }) | None => {}
+                Some(other) => panic!("the reader handed over {other:?}"),
+            }
+        }
+        verified
+    }
+
+    fn record(&mut self, v: &mut Verifier, r: &(u64, u64, Vec<u8>, Vec<Op>)) -> Option<u64> {
+        let rec = crate::wire::Record {
+            step: r.0,
+            hash: r.1,
+            input: r.2.clone().into(),
+        };
+        self.message(v, self.session.records(), ToViewer::Record(rec))
+    }
+
+    fn keyframe(&mut self, v: &mut Verifier, world: World) {
+        let m = ToViewer::Snapshot {
+            kind: crate::wire::SnapshotKind::Attach,
+            world,
+        };
+        self.message(v, self.session.keyframes(), m);
+    }
+
+    fn end(&mut self, v: &mut Verifier, host_step: u64) {
+        let m = ToViewer::End(End {
+            host_step,
+            ..end(EndReason::Finished)
+        });
+        self.message(v, self.session.end(), m);
+    }
 }
 
 #[test]
-fn a_feed_skips_duplicates_and_verifies_each_step_once() {
+fn a_stream_skips_duplicates_and_verifies_each_step_once() {
     let mut h = Host::new(20);
     let mut v = attached(&h, Goal::default(), false);
-    let mut f = Feed::new();
-    let rs: Vec<_> = (0..6).map(|_| rec(&mut h)).collect();
+    let mut s = Stream::new(&v);
+    let rs: Vec<_> = (0..6).map(|_| h.step()).collect();
+    // Steps 2 and 3 published twice (a retry stored under another sequence).
     for r in rs.iter().chain(rs[2..4].iter()).chain(rs[5..].iter()) {
-        feed_one(&mut f, &mut v, r);
+        s.record(&mut v, r);
     }
     assert_eq!(v.verified(), 6);
     assert!(!v.is_stopped() && !v.is_waiting());
@@ -408,35 +469,35 @@ fn a_feed_skips_duplicates_and_verifies_each_step_once() {
 fn the_keyframe_before_the_first_record_after_a_dropped_feed_closes_the_gap_there() {
     let mut h = Host::new(21);
     let mut v = attached(&h, Goal::default(), false);
-    let mut f = Feed::new();
+    let mut s = Stream::new(&v);
     for _ in 0..4 {
-        let r = rec(&mut h);
-        feed_one(&mut f, &mut v, &r);
+        let r = h.step();
+        s.record(&mut v, &r);
     }
     // The server is away: steps 4 to 9 are never published.
     for _ in 0..6 {
-        rec(&mut h);
+        h.step();
     }
     // Back: the host publishes a keyframe at its step, then its records from there; the
     // keyframe past the viewer's step closes the gap at once (docs/fan-out.md, "Gaps").
-    f.keyframe(&mut v, h.world.clone());
+    s.keyframe(&mut v, h.world.clone());
     assert!(!v.is_waiting(), "the keyframe closed the gap");
-    let r = rec(&mut h);
-    assert!(feed_one(&mut f, &mut v, &r).is_some(), "verified at once");
-    let s = v.summary(0);
+    let r = h.step();
+    assert!(s.record(&mut v, &r).is_some(), "verified at once");
+    let sum = v.summary(0);
     assert_eq!(
-        s.gaps,
+        sum.gaps,
         vec![Gap::new(
             4,
             10,
-            "steps 4..10 are not on the stream; continuing from its keyframe at step 10"
+            "steps 4..10 are not on the stream OSTM_t; continuing from its keyframe at step 10"
         )]
     );
-    assert_eq!(s.verified, 5);
+    assert_eq!(sum.verified, 5);
     // A keyframe at or before the viewer's step changes nothing.
     let mut old = h.world.clone();
     old.step -= 1;
-    f.keyframe(&mut v, old);
+    s.keyframe(&mut v, old);
     assert_eq!(v.summary(0).gaps.len(), 1);
 }
 
@@ -444,48 +505,35 @@ fn the_keyframe_before_the_first_record_after_a_dropped_feed_closes_the_gap_ther
 fn records_past_the_next_step_wait_for_a_keyframe_and_a_gap_at_the_end_stays_open() {
     let mut h = Host::new(22);
     let mut v = attached(&h, Goal::default(), false);
-    let mut f = Feed::new();
-    let r = rec(&mut h);
-    feed_one(&mut f, &mut v, &r);
-    rec(&mut h);
+    let mut s = Stream::new(&v);
+    let r = h.step();
+    s.record(&mut v, &r);
+    h.step();
     for _ in 0..3 {
-        let r = rec(&mut h);
-        assert!(feed_one(&mut f, &mut v, &r).is_none(), "skipped");
+        let r = h.step();
+        assert!(s.record(&mut v, &r).is_none(), "skipped");
     }
     // A later keyframe closes the gap there.
     for _ in 0..2 {
-        rec(&mut h);
+        h.step();
     }
-    f.keyframe(&mut v, h.world.clone());
+    s.keyframe(&mut v, h.world.clone());
     assert!(!v.is_waiting());
-    let r = rec(&mut h);
-    assert!(feed_one(&mut f, &mut v, &r).is_some());
+    let r = h.step();
+    assert!(s.record(&mut v, &r).is_some());
     assert_eq!((v.summary(0).gaps[0].from, v.summary(0).gaps[0].to), (1, 7));
     // Another gap, and the stream ends inside it: open from the viewer's step to the
     // host's.
-    rec(&mut h);
-    let r = rec(&mut h);
-    feed_one(&mut f, &mut v, &r);
-    assert_eq!(f.end(&mut v, h.world.step), Some(h.world.step));
-    v.handle(Input::End(end(EndReason::Finished)));
-    let s = v.summary(h.world.step);
-    assert_eq!(s.gaps.len(), 2);
-    assert_eq!(s.gaps[1].from, 8);
-    assert_eq!(s.gaps[1].to, h.world.step);
-    assert!(s.open_gap.is_some());
-}
-
-#[test]
-fn a_keyframe_of_another_world_stops_the_feed_with_the_refusal() {
-    let h = Host::new(23);
-    let mut v = attached(&h, Goal::default(), false);
-    let mut f = Feed::new();
-    let other = Host::new(24).world;
-    f.keyframe(&mut v, other);
-    assert!(matches!(
-        v.take_stop(),
-        Some(Stop::Failed(Failure::KeyframeOfAnotherWorld))
-    ));
+    h.step();
+    let r = h.step();
+    s.record(&mut v, &r);
+    s.end(&mut v, h.world.step);
+    assert!(v.is_stopped());
+    let sum = v.summary(h.world.step);
+    assert_eq!(sum.gaps.len(), 2);
+    assert_eq!(sum.gaps[1].from, 8);
+    assert_eq!(sum.gaps[1].to, h.world.step);
+    assert!(sum.open_gap.is_some());
 }
 
 /// Records missing from a NATS stream are not a lost connection: no `Lost` event (nothing
@@ -496,18 +544,18 @@ fn missing_records_are_no_lost_connection() {
     let mut h = Host::new(25);
     let mut v = attached(&h, Goal::default(), false);
     while v.poll_event().is_some() {}
-    let mut f = Feed::new();
-    let r = rec(&mut h);
-    feed_one(&mut f, &mut v, &r);
-    rec(&mut h);
-    let r = rec(&mut h);
-    assert!(feed_one(&mut f, &mut v, &r).is_none(), "skipped");
+    let mut s = Stream::new(&v);
+    let r = h.step();
+    s.record(&mut v, &r);
+    h.step();
+    let r = h.step();
+    assert!(s.record(&mut v, &r).is_none(), "skipped");
     assert_eq!(v.poll_event(), None);
-    f.keyframe(&mut v, h.world.clone());
+    s.keyframe(&mut v, h.world.clone());
     let gap = Gap::new(
         1,
         3,
-        "steps 1..3 are not on the stream; continuing from its keyframe at step 3",
+        "steps 1..3 are not on the stream OSTM_t; continuing from its keyframe at step 3",
     );
     assert_eq!(
         v.poll_event(),
@@ -519,9 +567,13 @@ fn missing_records_are_no_lost_connection() {
     );
     assert_eq!(v.poll_event(), None);
     // The stream ends inside a gap: no `Lost` either; the summary has it open.
-    rec(&mut h);
-    assert_eq!(f.end(&mut v, h.world.step), Some(4));
-    assert_eq!(v.poll_event(), None);
+    h.step();
+    s.end(&mut v, h.world.step);
+    let events: Vec<_> = std::iter::from_fn(|| v.poll_event()).collect();
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Lost { .. })),
+        "{events:?}"
+    );
     assert!(v.summary(4).open_gap.is_some());
 }
 

@@ -525,9 +525,9 @@ impl Driver<'_> {
                 return;
             }
             Item::Gap { to, world, why } => {
-                // The NATS reader's gap (docs/fan-out.md, "Gaps"), given as the feed gives it.
+                // The NATS reader's gap (docs/fan-out.md, "Gaps"), by the one mapping.
                 let open = world.is_none();
-                session::feed::gap(&mut self.core, world, why);
+                let _ = Item::Gap { to, world, why }.give(&mut self.core);
                 if open {
                     // The stream ended (or was lost) inside the gap: it stays open.
                     self.open_gap_said = true;
