@@ -159,8 +159,15 @@ impl Cluster {
         find_nats().ok_or("nats-server is not installed (apt-get install nats-server)")?;
         let dir =
             tempfile::tempdir().map_err(|e| format!("cannot make the cluster's directory: {e}"))?;
+        // The nodes' ports stay bound here until the nodes start, so that the links'
+        // listeners (bound meanwhile) cannot be given one of them.
+        let held: Vec<std::net::TcpListener> = (0..3 * n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
+        let port = |k: usize| held[k].local_addr().map(|a| a.port()).unwrap_or(0);
         let ports: Vec<(u16, u16, u16)> = (0..n)
-            .map(|_| (free_port(), free_port(), free_port()))
+            .map(|i| (port(3 * i), port(3 * i + 1), port(3 * i + 2)))
             .collect();
         let mut links = Vec::new();
         let sink = linked.then(|| {
@@ -228,6 +235,7 @@ impl Cluster {
                 log: String::new(),
             });
         }
+        drop(held);
         for node in &mut nodes {
             node.spawn();
         }

@@ -96,6 +96,18 @@ impl Host {
         self.proc.line()
     }
 
+    /// The host's latest status line (JSON hosts only): the lines it printed before are
+    /// read and skipped, so this is its state now, not when the test last looked.
+    pub fn status_now(&mut self) -> serde_json::Value {
+        let mut last = self.wait_status(|_| true);
+        while let Some(l) = self.proc.line_within(std::time::Duration::ZERO) {
+            if let Ok(v) = serde_json::from_str(&l) {
+                last = v;
+            }
+        }
+        last
+    }
+
     /// Reads status lines until `pred` holds for one (JSON hosts only).
     pub fn wait_status(&mut self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + LIMIT;
