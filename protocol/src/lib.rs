@@ -32,6 +32,7 @@
 pub mod cursor;
 pub mod error;
 pub mod format;
+mod plant;
 pub mod reader;
 pub mod serve;
 pub mod session;

@@ -15,21 +15,6 @@
 //!   (their cadence, and the ones that close a gap), records batched into messages, the
 //!   message ids, the acknowledgements awaited and the steps published, dropped and failed.
 
-/// Whether fault `$p` is planted in `$v` (a connection or ring with a `plant` field;
-/// never, without the `plants` feature: the branch is then not compiled in).
-#[cfg(feature = "plants")]
-macro_rules! host_planted {
-    ($v:expr, $p:ident) => {
-        $v.plant == Some($crate::session::Plant::$p)
-    };
-}
-#[cfg(not(feature = "plants"))]
-macro_rules! host_planted {
-    ($v:expr, $p:ident) => {
-        $crate::session::no_plant()
-    };
-}
-
 pub mod conn;
 #[cfg(any(test, feature = "plants"))]
 pub mod pair;

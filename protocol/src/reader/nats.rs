@@ -106,8 +106,7 @@ pub struct Reader {
     /// The spool has no room yet: keyframes do not close the gap.
     draining: bool,
     events: VecDeque<Event>,
-    #[cfg(feature = "plants")]
-    plant: Option<Plant>,
+    plant: crate::plant::Planted<Plant>,
 }
 
 impl Reader {
@@ -128,8 +127,7 @@ impl Reader {
             spool_full: None,
             draining: false,
             events: VecDeque::new(),
-            #[cfg(feature = "plants")]
-            plant: None,
+            plant: Default::default(),
         }
     }
 
@@ -137,19 +135,7 @@ impl Reader {
     #[cfg(feature = "plants")]
     #[doc(hidden)]
     pub fn plant(&mut self, plant: Plant) {
-        self.plant = Some(plant);
-    }
-
-    /// Whether `p` is planted (never, outside the simulation's build).
-    #[inline(always)]
-    fn planted(&self, p: Plant) -> bool {
-        #[cfg(feature = "plants")]
-        return self.plant == Some(p);
-        #[cfg(not(feature = "plants"))]
-        {
-            let _ = p;
-            false
-        }
+        self.plant.set(plant);
     }
 
     /// The latest host step heard of.
@@ -267,7 +253,7 @@ impl Reader {
     ) -> Result<Option<End>, FormatError> {
         self.heard = now;
         self.woke = now;
-        let again = seq <= self.last_seq && seq != 0 && !self.planted(Plant::PassRepeats);
+        let again = seq <= self.last_seq && seq != 0 && !self.plant.is(Plant::PassRepeats);
         if self.done || again {
             return Ok(None);
         }
@@ -293,7 +279,7 @@ impl Reader {
             Leaf::End => {
                 let end = wire::end(place, payload)?;
                 self.ended = true;
-                if self.planted(Plant::EndBeforeOpenGap) {
+                if self.plant.is(Plant::EndBeforeOpenGap) {
                     self.deliver(Arrival::End(end.clone()));
                     self.open_gap(end.host_step, "before its end");
                     return Ok(Some(end));
@@ -312,7 +298,7 @@ impl Reader {
 
     fn keyframe(&mut self, place: &str, payload: &[u8]) -> Result<(), FormatError> {
         let world = wire::keyframe(place, payload)?;
-        if !same_world(&world, &self.world) && !self.planted(Plant::PassForeignKeyframes) {
+        if !same_world(&world, &self.world) && !self.plant.is(Plant::PassForeignKeyframes) {
             return Err(another_world(place));
         }
         self.host_step = self.host_step.max(world.step);
@@ -361,8 +347,8 @@ impl Reader {
                 continue;
             }
             let next = self.follow.next();
-            if self.planted(Plant::PassRepeats) && r.step.wrapping_add(1) == next
-                || self.planted(Plant::PassSkips) && r.step > next
+            if self.plant.is(Plant::PassRepeats) && r.step.wrapping_add(1) == next
+                || self.plant.is(Plant::PassSkips) && r.step > next
             {
                 self.deliver(Arrival::Record(r));
                 continue;

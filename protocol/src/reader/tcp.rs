@@ -281,8 +281,7 @@ pub struct Reader {
     viewer_step: u64,
     transmits: VecDeque<ToHost>,
     events: VecDeque<Event>,
-    #[cfg(feature = "plants")]
-    plant: Option<Plant>,
+    plant: crate::plant::Planted<Plant>,
 }
 
 impl Reader {
@@ -304,8 +303,7 @@ impl Reader {
             viewer_step: 0,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
-            #[cfg(feature = "plants")]
-            plant: None,
+            plant: Default::default(),
         };
         r.connect(now);
         r
@@ -315,19 +313,7 @@ impl Reader {
     #[cfg(feature = "plants")]
     #[doc(hidden)]
     pub fn plant(&mut self, plant: Plant) {
-        self.plant = Some(plant);
-    }
-
-    /// Whether `p` is planted (never, outside the simulation's build).
-    #[inline(always)]
-    fn planted(&self, p: Plant) -> bool {
-        #[cfg(feature = "plants")]
-        return self.plant == Some(p);
-        #[cfg(not(feature = "plants"))]
-        {
-            let _ = p;
-            false
-        }
+        self.plant.set(plant);
     }
 
     /// The latest host step heard of: the attach snapshot's on each connection (a host
@@ -643,7 +629,7 @@ impl Reader {
     fn attached(&mut self, now: Millis, welcome: Welcome, world: World) {
         self.attached_once = true;
         self.wait = RECONNECT_FIRST_WAIT_MS;
-        if !(self.planted(Plant::KeepConnectionNumber) && self.connection > 0) {
+        if !(self.plant.is(Plant::KeepConnectionNumber) && self.connection > 0) {
             self.connection += 1;
         }
         self.host_step = world.step;
@@ -663,7 +649,7 @@ impl Reader {
     fn streaming(&mut self, now: Millis, buf: &mut BytesMut, eof: bool) -> bool {
         if !self.cfg.one_at_a_time {
             if let Some(run) = self.codec.take_records(buf, self.next_step) {
-                let count = run.count() - u64::from(self.planted(Plant::RunCutWrong));
+                let count = run.count() - u64::from(self.plant.is(Plant::RunCutWrong));
                 self.next_step = self.next_step.wrapping_add(count);
                 self.host_step = self.host_step.max(self.next_step);
                 self.heard(now);
@@ -817,7 +803,7 @@ impl Reader {
             })),
         }
         // The budget runs from the end of the latest connection.
-        if !(self.planted(Plant::BudgetNeverReset) && self.failing_since.is_some()) {
+        if !(self.plant.is(Plant::BudgetNeverReset) && self.failing_since.is_some()) {
             self.failing_since = Some(now);
         }
         self.connect(now);

@@ -485,8 +485,7 @@ pub struct Conn {
     /// The peer closed its side, or reading failed: nothing more will be read.
     read_done: bool,
     events: VecDeque<Event>,
-    #[cfg(feature = "plants")]
-    plant: Option<crate::session::Plant>,
+    plant: crate::plant::Planted<crate::session::Plant>,
 }
 
 impl Conn {
@@ -526,8 +525,7 @@ impl Conn {
             lingering: None,
             read_done: false,
             events: VecDeque::new(),
-            #[cfg(feature = "plants")]
-            plant: None,
+            plant: Default::default(),
         }
     }
 
@@ -535,7 +533,7 @@ impl Conn {
     #[cfg(feature = "plants")]
     #[doc(hidden)]
     pub fn plant(&mut self, plant: crate::session::Plant) {
-        self.plant = Some(plant);
+        self.plant.set(plant);
     }
 
     /// The viewer's id on the hub (once joined).
@@ -849,7 +847,7 @@ impl Conn {
     /// (appended to the vector [`Conn::take_buffer`] lent), the new position, and the
     /// host's step.
     pub fn handle_take(&mut self, take: Take, position: u64, host_step: u64) {
-        if !host_planted!(self, TakeNoAdvance) {
+        if !self.plant.is(crate::session::Plant::TakeNoAdvance) {
             self.position = position;
         }
         match take {
@@ -1057,7 +1055,7 @@ impl Conn {
                 }
                 if w.rearm {
                     self.heartbeat_at = Some(now.saturating_add(self.cfg.heartbeat_ms));
-                    if host_planted!(self, HeartbeatRearmsSilence) {
+                    if self.plant.is(crate::session::Plant::HeartbeatRearmsSilence) {
                         self.silence_at = Some(now.saturating_add(self.cfg.silence_ms));
                     }
                 }

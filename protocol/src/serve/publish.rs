@@ -218,8 +218,7 @@ pub struct Publisher {
     clock: Millis,
     counts: Counts,
     events: VecDeque<Event>,
-    #[cfg(feature = "plants")]
-    plant: Option<Plant>,
+    plant: crate::plant::Planted<Plant>,
 }
 
 impl Publisher {
@@ -238,8 +237,7 @@ impl Publisher {
             clock: 0,
             counts: Counts::default(),
             events: VecDeque::new(),
-            #[cfg(feature = "plants")]
-            plant: None,
+            plant: Default::default(),
         }
     }
 
@@ -247,19 +245,7 @@ impl Publisher {
     #[cfg(feature = "plants")]
     #[doc(hidden)]
     pub fn plant(&mut self, plant: Plant) {
-        self.plant = Some(plant);
-    }
-
-    /// Whether `p` is planted (never, outside the simulation's build).
-    #[inline(always)]
-    fn planted(&self, p: Plant) -> bool {
-        #[cfg(feature = "plants")]
-        return self.plant == Some(p);
-        #[cfg(not(feature = "plants"))]
-        {
-            let _ = p;
-            false
-        }
+        self.plant.set(plant);
     }
 
     /// The run's message ids.
@@ -327,7 +313,7 @@ impl Publisher {
             self.feed.push_back(Item::Record { step, frame });
         } else {
             self.counts.dropped += 1;
-            self.need_key = !self.planted(Plant::DroppedKeyframeNeverAsked);
+            self.need_key = !self.plant.is(Plant::DroppedKeyframeNeverAsked);
         }
     }
 
@@ -443,7 +429,7 @@ impl Publisher {
             ),
             Kind::Keyframe => (
                 s.keyframes(),
-                if self.planted(Plant::KeyframeUnderRecordId) {
+                if self.plant.is(Plant::KeyframeUnderRecordId) {
                     self.ids.records(step)
                 } else {
                     self.ids.keyframe(step)
@@ -494,7 +480,7 @@ impl Publisher {
 
     fn fail(&mut self, f: Flight, why: String) {
         self.counts.failed += f.steps;
-        if !self.planted(Plant::AckFailureNoKeyframe) {
+        if !self.plant.is(Plant::AckFailureNoKeyframe) {
             self.want_key = true;
         }
         self.events.push_back(Event::Failed {

@@ -33,8 +33,7 @@ pub struct Records {
     next: u64,
     buf: VecDeque<Queued>,
     queue: usize,
-    #[cfg(feature = "plants")]
-    plant: Option<crate::session::Plant>,
+    plant: crate::plant::Planted<crate::session::Plant>,
 }
 
 /// What a take found, with how far behind the host the connection was (for the host's
@@ -57,8 +56,7 @@ impl Records {
             // Grown as records come (the test-only unbounded queue is 2^40).
             buf: VecDeque::new(),
             queue,
-            #[cfg(feature = "plants")]
-            plant: None,
+            plant: Default::default(),
         }
     }
 
@@ -66,7 +64,7 @@ impl Records {
     #[cfg(feature = "plants")]
     #[doc(hidden)]
     pub fn plant(&mut self, plant: crate::session::Plant) {
-        self.plant = Some(plant);
+        self.plant.set(plant);
     }
 
     /// Records published so far: the position of the next one.
@@ -109,7 +107,7 @@ impl Records {
                 count: 0,
             };
         }
-        if behind == 0 || (ended.is_some() && host_planted!(self, EndBeforeOwed)) {
+        if behind == 0 || (ended.is_some() && self.plant.is(crate::session::Plant::EndBeforeOwed)) {
             return nothing(match ended {
                 Some(end) => Take::Ended(end.clone()),
                 None => Take::Nothing,
@@ -170,8 +168,7 @@ struct Held {
 pub struct Worlds {
     ring: VecDeque<Held>,
     cap: usize,
-    #[cfg(feature = "plants")]
-    plant: Option<crate::session::Plant>,
+    plant: crate::plant::Planted<crate::session::Plant>,
 }
 
 /// What [`Worlds::held`] found for a drift request: copies made under the driver's lock,
@@ -219,8 +216,7 @@ impl Worlds {
         Worlds {
             ring,
             cap,
-            #[cfg(feature = "plants")]
-            plant: None,
+            plant: Default::default(),
         }
     }
 
@@ -228,7 +224,7 @@ impl Worlds {
     #[cfg(feature = "plants")]
     #[doc(hidden)]
     pub fn plant(&mut self, plant: crate::session::Plant) {
-        self.plant = Some(plant);
+        self.plant.set(plant);
     }
 
     /// The world at the host's step.
@@ -270,7 +266,7 @@ impl Worlds {
             });
         }
         let at = |s: u64| self.ring.get((s - first) as usize);
-        let from = if host_planted!(self, DriftFromWrongStep) && step > first {
+        let from = if self.plant.is(crate::session::Plant::DriftFromWrongStep) && step > first {
             step - 1
         } else {
             step

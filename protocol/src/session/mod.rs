@@ -23,28 +23,6 @@
 //! - [`drift`]: the drift evidence and its report (the one place drift is explained).
 //! - [`trail`]: the world before the step being verified, without a copy per step.
 
-/// Whether fault `$p` is planted in verifier `$v` (never, without the `plants` feature:
-/// the branch is then not compiled in).
-#[cfg(feature = "plants")]
-macro_rules! planted {
-    ($v:expr, $p:ident) => {
-        $v.planted() == Some($crate::session::Plant::$p)
-    };
-}
-#[cfg(not(feature = "plants"))]
-macro_rules! planted {
-    ($v:expr, $p:ident) => {
-        $crate::session::no_plant()
-    };
-}
-
-/// No fault is planted: the `plants` feature is off.
-#[cfg(not(feature = "plants"))]
-#[inline(always)]
-pub(crate) const fn no_plant() -> bool {
-    false
-}
-
 pub mod drift;
 pub mod tally;
 pub mod trail;
@@ -272,7 +250,6 @@ impl From<String> for Failure {
     }
 }
 
-#[cfg(feature = "plants")]
 /// A fault planted in the verifier, or in the host's connection and rings
 /// (`serve::conn::Conn`, `serve::ring`), on purpose, so that the seeded simulation
 /// (`scripts/simulate --plant NAME`) can show it catches each one. Never set outside that
@@ -406,8 +383,7 @@ pub struct Verifier {
     missing: bool,
     /// The steps each resync went over.
     resynced: Vec<Gap>,
-    #[cfg(feature = "plants")]
-    plant: Option<Plant>,
+    plant: crate::plant::Planted<Plant>,
     events: VecDeque<Event>,
     transmits: VecDeque<Transmit>,
 }
@@ -453,8 +429,7 @@ impl Verifier {
             end_step: 0,
             missing: false,
             resynced: Vec::new(),
-            #[cfg(feature = "plants")]
-            plant: None,
+            plant: Default::default(),
             events: VecDeque::new(),
             transmits: VecDeque::new(),
         }
@@ -505,14 +480,7 @@ impl Verifier {
     #[cfg(feature = "plants")]
     #[doc(hidden)]
     pub fn plant(&mut self, plant: Plant) {
-        self.plant = Some(plant);
-    }
-
-    /// The fault planted, if any.
-    #[cfg(feature = "plants")]
-    #[doc(hidden)]
-    pub fn planted(&self) -> Option<Plant> {
-        self.plant
+        self.plant.set(plant);
     }
 
     /// Whether the records have stopped and a snapshot must restart them.
@@ -611,7 +579,7 @@ impl Verifier {
                 self.rejoin(world, why, true);
             }
             Input::Rejoined { world, why } => {
-                if !self.same_world(&world) && !planted!(self, AcceptForeignKeyframe) {
+                if !self.same_world(&world) && !self.plant.is(Plant::AcceptForeignKeyframe) {
                     self.finish(Stop::Failed(Failure::KeyframeOfAnotherWorld));
                     return;
                 }
@@ -634,7 +602,7 @@ impl Verifier {
                 }
                 self.resyncs += 1;
                 let from = self.world.step;
-                if planted!(self, KeepWorldOnResync) {
+                if self.plant.is(Plant::KeepWorldOnResync) {
                     return;
                 }
                 self.restart(world);
@@ -662,7 +630,7 @@ impl Verifier {
                 } else {
                     if lost.is_none()
                         && e.host_step > self.world.step
-                        && !planted!(self, OkAtEndBehind)
+                        && !self.plant.is(Plant::OkAtEndBehind)
                     {
                         // The end in place of a resync: the records stopped at the
                         // viewer's step, short of the host's (docs/protocol.md, "End").
@@ -724,11 +692,11 @@ impl Verifier {
             }
             State::Drifting { .. } | State::Stopped => return None,
         }
-        if planted!(self, AcceptDuplicate) && r.step + 1 == self.world.step {
+        if self.plant.is(Plant::AcceptDuplicate) && r.step + 1 == self.world.step {
             self.verified += 1;
             return Some(r.hash);
         }
-        if r.step != self.world.step && !planted!(self, SkipGapCheck) {
+        if r.step != self.world.step && !self.plant.is(Plant::SkipGapCheck) {
             self.finish(Stop::Failed(Failure::OutOfStep {
                 got: r.step,
                 expected: self.world.step,
@@ -756,7 +724,7 @@ impl Verifier {
                 step: self.world.step,
                 connection: self.connection,
             });
-            if planted!(self, RecordBeforeVerify) {
+            if self.plant.is(Plant::RecordBeforeVerify) {
                 return Some(r.hash);
             }
             return None;
@@ -796,7 +764,7 @@ impl Verifier {
             State::Lost(why) if self.missing => Some(why.clone()),
             _ => self.open_gap.clone(),
         }
-        .filter(|_| !planted!(self, OkWithOpenGap))
+        .filter(|_| !self.plant.is(Plant::OkWithOpenGap))
         .filter(|_| !lost_for_good || to > self.world.step);
         if let Some(why) = &open_gap {
             gaps.push(Gap::new(self.world.step, to, why.clone()));
