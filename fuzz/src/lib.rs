@@ -1269,10 +1269,14 @@ pub fn host_conn(data: &[u8]) {
 /// bytes or of the fuzzer's own delivered (a stream cut anywhere), the clock moved on by up
 /// to 20 s (timers fired late) or by a jump of up to about 35 years, a timer fired before
 /// its deadline (early), the connection opened, refused, its TLS failed, its read or write
-/// failed or ended, the spool full or drained, a drift request sent. Whatever the order:
-/// no panic; records are delivered in step order from the attach or resync snapshot's
-/// step, once each; nothing follows the reader's stop; every refusal is a sentence, and
-/// one that names an offset names one within the bytes the host sent on that connection.
+/// failed or ended (the host closing after its whole frames, between frames or inside
+/// one), the spool full or drained, a drift request sent, the viewer's verified step (or
+/// another) told. Whatever the order: no panic; records are delivered in step order from
+/// the attach or resync snapshot's step, once each; nothing follows the reader's stop;
+/// every refusal is a sentence, and one that names an offset names one within the bytes
+/// the host sent on that connection; a stream closed while streaming, inside a frame or
+/// between two, is a lost connection: the reader connects again with `--reconnect` and
+/// stops without it; every heartbeat carries the viewer step the reader was told last.
 pub fn tcp_reader(data: &[u8]) {
     use ostm_protocol::reader::tcp::{Config, Event, Reader};
     use ostm_protocol::reader::Arrival;
@@ -1291,6 +1295,7 @@ pub fn tcp_reader(data: &[u8]) {
         tls: head & 2 == 2,
         one_at_a_time: head & 4 == 4,
     };
+    let cfg_reconnect = cfg.reconnect_ms;
     let mut now: u64 = 0;
     let mut r = Reader::new(cfg, now);
     let world = small_world;
@@ -1302,6 +1307,8 @@ pub fn tcp_reader(data: &[u8]) {
     // The viewer's side: the step the next record must carry.
     let mut next: Option<u64> = None;
     let mut stopped = false;
+    // The viewer's step the reader was told last (its heartbeats carry it).
+    let mut told: u64 = 0;
     let check = |why: &str, sent: u64| {
         assert!(!why.is_empty(), "a refusal without a sentence");
         check_offset(why, sent);
@@ -1335,7 +1342,14 @@ pub fn tcp_reader(data: &[u8]) {
                 _ => {}
             }
         }
-        while r.poll_transmit().is_some() {}
+        while let Some(m) = r.poll_transmit() {
+            if let ToHost::Heartbeat { viewer_step } = m {
+                assert_eq!(
+                    viewer_step, told,
+                    "a heartbeat that does not carry the viewer step the reader was told"
+                );
+            }
+        }
         if let Some(t) = r.poll_timeout() {
             assert!(!stopped, "a timer after the reader stopped");
             let _ = t;
@@ -1429,31 +1443,154 @@ pub fn tcp_reader(data: &[u8]) {
                 3 => r.handle_tls_failed(now, "the TLS handshake failed".into()),
                 4 => r.handle_read_failed(now, "reset by peer".into()),
                 5 => r.handle_write_failed(now, "broken pipe".into()),
-                6 => while r.handle_data(now, &mut buf, true) {},
+                // The host closes: after the whole frames, a stream closed between frames
+                // or inside one is a lost connection, which `--reconnect` rides out.
+                6 => {
+                    while r.handle_data(now, &mut buf, false) {}
+                    if r.is_streaming() {
+                        let left = buf.len();
+                        r.handle_data(now, &mut buf, true);
+                        assert_eq!(
+                            r.is_done(),
+                            cfg_reconnect.is_none(),
+                            "a stream closed with {left} bytes of a frame left: stopped for good \
+                             with --reconnect, or not stopped without"
+                        );
+                    }
+                    while r.handle_data(now, &mut buf, true) {}
+                }
                 _ => r.handle_spool_full(now, "the spool is full".into()),
             },
             _ => match arg % 4 {
                 0 => r.handle_spool_drained(now),
                 1 => r.send(ostm_protocol::wire::ToHost::DriftRequest { step: host_step }),
-                _ => r.handle_viewer_step(host_step),
+                _ => {
+                    told = if arg & 4 == 0 {
+                        next.unwrap_or(0)
+                    } else {
+                        host_step
+                    };
+                    r.handle_viewer_step(told);
+                }
             },
         }
     }
 }
 
-/// `nats_reader`: one event a byte: a message on the session's records subject (1 to 4
-/// records from the host's next step, a step skipped or one repeated), its keyframes
-/// subject (this world or another, at the host's step), its end subject, another subject,
-/// or the fuzzer's own bytes as a payload on any of them; delivered at the next stream
-/// sequence, again (a new consumer's), or with none; the clock moved on by up to 20 s
-/// (late) or not at all (early); the driver waking; the spool full (`--spool-max`) or
-/// drained again. Whatever the order: no panic; records
-/// are delivered in step order, once each, from the join or from the keyframe that closed
-/// a gap; nothing follows the end, a refusal or the silence; a refusal names an offset
-/// within its payload.
+/// What the NATS reader handed over, as the viewer sees it, and the properties checked on
+/// each event: records in step order, once each; a gap names its range (`steps A..B`, A the
+/// viewer's step, B the gap's end) unless it is the spool's (its sentence names the bound);
+/// a keyframe gap's world is at its end; nothing but the end follows a gap left open; the
+/// end comes after the gap it leaves open; nothing follows the end, a refusal or the
+/// silence; records waiting for a keyframe are named as a gap before the silence.
+struct NatsViewer {
+    /// The step the next record must carry.
+    next: u64,
+    /// The reader said records past `next` came: it waits for a keyframe.
+    waiting: bool,
+    /// The spool refused what was handed over; no keyframe closed it yet.
+    spooling: bool,
+    /// A gap left open (no keyframe): its end.
+    open: Option<u64>,
+    stopped: bool,
+}
+
+/// The spool's sentence in the `nats_reader` target.
+const SPOOL_FULL: &str = "the spool is full";
+
+impl NatsViewer {
+    fn drain(&mut self, r: &mut ostm_protocol::reader::nats::Reader) -> Vec<u64> {
+        use ostm_protocol::reader::nats::Event;
+        use ostm_protocol::reader::Arrival;
+        // The sequences the reader asks to read on from.
+        let mut resumes = Vec::new();
+        while let Some(e) = r.poll_event() {
+            assert!(!self.stopped, "an event after the reader stopped: {e:?}");
+            let next = self.next;
+            match e {
+                Event::Deliver(Arrival::Record(rec)) => {
+                    assert!(self.open.is_none(), "a record after a gap left open");
+                    assert_eq!(rec.step, next, "a record out of step delivered");
+                    self.next += 1;
+                    self.waiting = false;
+                }
+                Event::Deliver(Arrival::Gap { to, world, why }) => {
+                    assert!(self.open.is_none(), "a gap after a gap left open");
+                    assert!(
+                        to >= next,
+                        "a gap to {to} behind the viewer's step {next}: {why}"
+                    );
+                    let spool = why.starts_with(SPOOL_FULL);
+                    assert!(
+                        spool || why.contains(&format!("steps {next}..{to} ")),
+                        "a gap that does not name its range {next}..{to}: {why}"
+                    );
+                    match world {
+                        Some(w) => {
+                            assert_eq!(w.step, to, "a gap closed by a keyframe of another step");
+                            assert!(
+                                !spool || why.contains(&format!("at step {to}")),
+                                "the spool's gap does not name the keyframe's step {to}: {why}"
+                            );
+                            self.next = to;
+                            self.waiting = false;
+                            self.spooling = false;
+                        }
+                        None => self.open = Some(to),
+                    }
+                }
+                Event::Deliver(Arrival::Missing { why }) => {
+                    assert!(
+                        why.starts_with(SPOOL_FULL) || why.contains(&format!("steps from {next} ")),
+                        "missing records that do not start at the viewer's step {next}: {why}"
+                    );
+                    self.waiting = true;
+                }
+                Event::Deliver(Arrival::End(end)) => {
+                    if end.host_step > next {
+                        assert!(
+                            self.open.is_some_and(|to| to >= end.host_step),
+                            "the end at step {} handed over before the gap from {next} it leaves open",
+                            end.host_step
+                        );
+                    }
+                    self.stopped = true;
+                }
+                Event::Deliver(other) => panic!("a NATS reader handed over {other:?}"),
+                Event::Resume { from_seq } => resumes.push(from_seq),
+                Event::Silent => {
+                    assert!(
+                        !self.waiting || self.open.is_some(),
+                        "the session lost with records past step {next} heard of and no gap named"
+                    );
+                    self.stopped = true;
+                }
+            }
+        }
+        resumes
+    }
+}
+
+/// `nats_reader`: a simulated stream, one event a byte: a message the stream numbers next
+/// on the session's records subject (1 to 4 records from the host's next step, a step
+/// skipped or one repeated), its keyframes subject (this world or another, at the host's
+/// step), its end subject, or the fuzzer's own bytes on any subject; a message the stream
+/// holds delivered again; a message with no sequence, the stream's last again, `u64::MAX`
+/// or 8 bytes of the input; the stream losing its tail (a cluster that lost acknowledged
+/// messages: it numbers the next ones from there again); the clock moved on by up to 20 s
+/// (late), by a jump of up to 2^63 ms, to a deadline or before it (early); the driver
+/// waking; the spool full or drained; what the stream's information says when the reader
+/// reads on (the truth, nothing, 0, `u64::MAX`, past the truth). On each `Resume` the
+/// target reads on as the viewer does: it tells the reader the stream's last sequence and
+/// delivers every message the stream holds from where the reader says. Whatever the order:
+/// no panic; [`NatsViewer`]'s properties; a timer acts only at or after its deadline, and
+/// always then: silence when nothing came for `SILENCE_MS`, else a read-on; a read-on told
+/// the stream's last goes on from at most the stream's next sequence; after the reader was
+/// told a last at or below the stream's own (and no tail was lost since) a message the
+/// stream numbers next is taken, not skipped as a repeat; a refusal names an offset within
+/// its payload; nothing after the end, a refusal or the silence.
 pub fn nats_reader(data: &[u8]) {
-    use ostm_protocol::reader::nats::{Event, Reader};
-    use ostm_protocol::reader::Arrival;
+    use ostm_protocol::reader::nats::{Reader, SILENCE_MS};
     use ostm_protocol::wire::nats::Session;
     use ostm_protocol::wire::{End, EndReason, HostCodec, Record, SnapshotKind, ToViewer};
 
@@ -1473,10 +1610,26 @@ pub fn nats_reader(data: &[u8]) {
         5,
         now,
     );
+    let mut v = NatsViewer {
+        next: 10,
+        waiting: false,
+        spooling: false,
+        open: None,
+        stopped: false,
+    };
     let mut host_step: u64 = 10;
-    let mut seq: u64 = 5;
-    let mut next: u64 = 10;
-    let mut stopped = false;
+    // The stream: the messages it holds (sequence, subject, payload; its last 64) and its
+    // last sequence.
+    let mut stream: Vec<(u64, usize, Vec<u8>)> = Vec::new();
+    let mut stream_last: u64 = 5;
+    // The reader's last sequence is at or below the stream's: so at the join; lost when the
+    // stream loses its tail or a message comes past the stream's last; back when the
+    // reader is told a last at or below the stream's.
+    let mut in_step = true;
+    // When the last message came.
+    let mut heard: u64 = 0;
+    // What the stream's information says when the reader reads on (op 14).
+    let mut info: u8 = 0;
     let mut rest = data;
     let frames = |ms: &[ToViewer]| {
         let mut b = BytesMut::new();
@@ -1485,100 +1638,19 @@ pub fn nats_reader(data: &[u8]) {
         }
         b.to_vec()
     };
-    for _ in 0..4_000 {
-        while let Some(e) = r.poll_event() {
-            assert!(!stopped, "an event after the reader stopped: {e:?}");
-            match e {
-                Event::Deliver(Arrival::Record(rec)) => {
-                    assert_eq!(rec.step, next, "a record out of step delivered");
-                    next += 1;
-                }
-                Event::Deliver(Arrival::Gap { world: Some(w), .. }) => next = w.step,
-                Event::Silent => stopped = true,
-                _ => {}
-            }
-        }
-        let Some((&op, tail)) = rest.split_first() else {
-            return;
-        };
-        rest = tail;
-        let arg = op >> 4;
-        let payload: Vec<u8> = match op % 8 {
-            0 | 1 => {
-                let from = match arg {
-                    15 => host_step + 1,
-                    14 => host_step.saturating_sub(1),
-                    _ => host_step,
-                };
-                let n = 1 + u64::from(arg & 3);
-                host_step = from + n;
-                let ms: Vec<ToViewer> = (from..from + n)
-                    .map(|step| {
-                        ToViewer::Record(Record {
-                            step,
-                            hash: step,
-                            input: bytes::Bytes::new(),
-                        })
-                    })
-                    .collect();
-                frames(&ms)
-            }
-            2 => frames(&[ToViewer::Snapshot {
-                kind: SnapshotKind::Attach,
-                world: world(if arg == 15 { 2 } else { 1 }, host_step),
-            }]),
-            3 => frames(&[ToViewer::End(End {
-                reason: EndReason::ALL[usize::from(arg) % EndReason::ALL.len()],
-                text: "the end".into(),
-                host_step,
-            })]),
-            4 => {
-                let n = (1 + usize::from(arg) * 2).min(rest.len());
-                let (bytes, tail) = rest.split_at(n);
-                rest = tail;
-                bytes.to_vec()
-            }
-            5 => {
-                now += u64::from(arg) * 1_300;
-                r.handle_timeout(now);
-                continue;
-            }
-            6 if arg >= 12 => {
-                // The spool refused what was handed over (`--spool-max`), or has room again.
-                if arg & 1 == 0 {
-                    r.handle_spool_full("the spool is full".into());
-                } else {
-                    r.handle_spool_drained();
-                }
-                continue;
-            }
-            6 => {
-                r.handle_wake(now);
-                r.handle_timeout(now);
-                continue;
-            }
-            _ => {
-                r.handle_timeout(now);
-                continue;
-            }
-        };
-        let subject = match op % 8 {
-            0 | 1 => &subjects[0],
-            2 => &subjects[1],
-            3 => &subjects[2],
-            _ => &subjects[usize::from(arg) % 4],
-        };
-        let at = match arg % 4 {
-            0 => seq,
-            1 => 0,
-            _ => {
-                seq += 1;
-                seq
-            }
-        };
-        match r.handle_message(now, subject, at, &payload) {
-            Ok(Some(_)) => stopped = true,
-            Ok(None) => {}
+    // One message to the reader: the refusal's offset checked; `expect`, for a message the
+    // stream numbered next, is the record or keyframe step it must hand over.
+    let message = |r: &mut Reader,
+                   v: &mut NatsViewer,
+                   now: u64,
+                   subject: &str,
+                   seq: u64,
+                   payload: &[u8],
+                   expect: Option<u64>| {
+        let live = !v.stopped && !v.spooling && v.open.is_none();
+        let before = v.next;
+        match r.handle_message(now, subject, seq, payload) {
+            Ok(_) => {}
             Err(e) => {
                 assert!(
                     e.offset <= payload.len() as u64,
@@ -1587,18 +1659,235 @@ pub fn nats_reader(data: &[u8]) {
                     payload.len()
                 );
                 assert!(!e.to_string().is_empty());
-                stopped = true;
+                v.drain(r);
+                v.stopped = true;
             }
         }
-        if stopped {
-            // Whatever the refusal or end delivered before it is taken; then nothing.
-            while r.poll_event().is_some() {}
-            r.handle_timeout(now + 100_000);
+        v.drain(r);
+        if let Some(step) = expect.filter(|_| live) {
+            assert!(
+                v.next > before || v.stopped,
+                "the message at stream sequence {seq} (step {step}), numbered after the reader \
+                 read on from the stream's last, was skipped as a repeat"
+            );
+        }
+    };
+    for _ in 0..4_000 {
+        if v.stopped {
+            // Whatever the end, refusal or silence delivered before it is taken; then nothing.
+            assert!(
+                r.poll_event().is_none(),
+                "an event after the reader stopped"
+            );
+            assert_eq!(r.poll_timeout(), None, "a timer after the reader stopped");
+            r.handle_timeout(now.saturating_add(100_000));
             assert!(
                 r.poll_event().is_none(),
                 "an event after the reader stopped"
             );
             return;
+        }
+        let Some((&op, tail)) = rest.split_first() else {
+            return;
+        };
+        rest = tail;
+        let arg = op >> 4;
+        // The time the timers are fired at, if they are.
+        let mut fire: Option<u64> = None;
+        match op % 16 {
+            // A message the stream numbers next.
+            0..=4 => {
+                let (payload, leaf, expect) = match op % 16 {
+                    0 | 1 => {
+                        let from = match arg {
+                            15 => host_step + 1,
+                            14 => host_step.saturating_sub(1),
+                            _ => host_step,
+                        };
+                        let n = 1 + u64::from(arg & 3);
+                        host_step = from + n;
+                        let ms: Vec<ToViewer> = (from..from + n)
+                            .map(|step| {
+                                ToViewer::Record(Record {
+                                    step,
+                                    hash: step,
+                                    input: bytes::Bytes::new(),
+                                })
+                            })
+                            .collect();
+                        let covers = (from..from + n).contains(&v.next);
+                        (frames(&ms), 0, covers.then_some(v.next))
+                    }
+                    2 => {
+                        let ours = arg != 15;
+                        let p = frames(&[ToViewer::Snapshot {
+                            kind: SnapshotKind::Attach,
+                            world: world(if ours { 1 } else { 2 }, host_step),
+                        }]);
+                        (p, 1, (ours && host_step > v.next).then_some(host_step))
+                    }
+                    3 => (
+                        frames(&[ToViewer::End(End {
+                            reason: EndReason::ALL[usize::from(arg) % EndReason::ALL.len()],
+                            text: "the end".into(),
+                            host_step,
+                        })]),
+                        2,
+                        None,
+                    ),
+                    _ => {
+                        let n = (1 + usize::from(arg) * 2).min(rest.len());
+                        let (bytes, tail) = rest.split_at(n);
+                        rest = tail;
+                        (bytes.to_vec(), usize::from(arg) % 4, None)
+                    }
+                };
+                stream_last += 1;
+                stream.push((stream_last, leaf, payload));
+                if stream.len() > 64 {
+                    stream.remove(0);
+                }
+                let (seq, leaf, payload) = stream.last().expect("a message just added");
+                heard = now;
+                let expect = expect.filter(|_| in_step);
+                message(&mut r, &mut v, now, &subjects[*leaf], *seq, payload, expect);
+            }
+            // A message the stream holds, delivered again (a new consumer's).
+            5 => {
+                if let Some(i) = stream.len().checked_sub(1 + usize::from(arg)) {
+                    let (seq, leaf, payload) = &stream[i];
+                    heard = now;
+                    message(&mut r, &mut v, now, &subjects[*leaf], *seq, payload, None);
+                }
+            }
+            // A record at a sequence of no stream message: none, the stream's last again,
+            // the largest, the input's.
+            6 => {
+                let seq = match arg % 4 {
+                    0 => 0,
+                    1 => stream_last,
+                    2 => u64::MAX,
+                    _ => {
+                        let n = rest.len().min(8);
+                        let (bytes, tail) = rest.split_at(n);
+                        rest = tail;
+                        let mut b = [0u8; 8];
+                        b[..n].copy_from_slice(bytes);
+                        u64::from_le_bytes(b)
+                    }
+                };
+                in_step &= seq <= stream_last;
+                let step = if arg >= 8 { host_step } else { v.next };
+                let payload = frames(&[ToViewer::Record(Record {
+                    step,
+                    hash: step,
+                    input: bytes::Bytes::new(),
+                })]);
+                host_step = host_step.max(step + 1);
+                heard = now;
+                message(&mut r, &mut v, now, &subjects[0], seq, &payload, None);
+            }
+            // The stream loses its tail: it numbers the next messages from there again.
+            7 => {
+                stream_last = stream_last.saturating_sub(1 + u64::from(arg));
+                stream.retain(|(seq, ..)| *seq <= stream_last);
+                in_step = false;
+            }
+            // Time: late, a jump, early, on time.
+            8 => {
+                now = now.saturating_add(u64::from(arg) * 1_300);
+                fire = Some(now);
+            }
+            9 => {
+                now = now.saturating_add(1u64 << (20 + 3 * u32::from(arg)).min(63));
+                fire = Some(now);
+            }
+            10 | 11 => {
+                if let Some(due) = r.poll_timeout() {
+                    let at = if op % 16 == 10 {
+                        due.saturating_sub(1 + u64::from(arg) * 250)
+                    } else {
+                        due
+                    };
+                    now = now.max(at);
+                }
+                fire = Some(now);
+            }
+            // The driver did something else (a drift request, a read error).
+            12 => {
+                r.handle_wake(now);
+                if arg & 1 == 1 {
+                    fire = Some(now);
+                }
+            }
+            // The spool refused what was handed over (`--spool-max`), or has room again.
+            13 => {
+                if arg & 1 == 0 {
+                    r.handle_spool_full(SPOOL_FULL.into());
+                    v.spooling = true;
+                } else {
+                    r.handle_spool_drained();
+                }
+                v.drain(&mut r);
+            }
+            // What the stream's information will say.
+            14 => info = arg,
+            _ => fire = Some(now),
+        }
+        let Some(at) = fire else {
+            continue;
+        };
+        let due = r.poll_timeout();
+        r.handle_timeout(at);
+        let before = v.stopped;
+        let resumes = v.drain(&mut r);
+        let acted = !resumes.is_empty() || v.stopped != before;
+        if acted {
+            assert!(
+                due.is_some_and(|d| at >= d),
+                "a timer acted at {at}, before its deadline {due:?}"
+            );
+            let quiet = at.saturating_sub(heard);
+            assert_eq!(
+                v.stopped,
+                quiet >= SILENCE_MS,
+                "silent after {quiet} ms without a message ({resumes:?})"
+            );
+        } else {
+            assert!(
+                due.is_none_or(|d| at < d),
+                "a timer due at {due:?} did nothing at {at}"
+            );
+        }
+        // The driver reads on with a new consumer, as the viewer does.
+        for from_seq in resumes {
+            let from = match info % 5 {
+                // The stream's information did not come: from where the reader says.
+                1 => from_seq,
+                0 => {
+                    let from = r.handle_stream_last(stream_last);
+                    assert!(
+                        from <= stream_last + 1,
+                        "read on from {from}, past the stream's next sequence {}",
+                        stream_last + 1
+                    );
+                    in_step = true;
+                    from
+                }
+                2 => {
+                    in_step = true;
+                    r.handle_stream_last(0)
+                }
+                3 => r.handle_stream_last(u64::MAX),
+                _ => r.handle_stream_last(stream_last + 1 + u64::from(info)),
+            };
+            // Every message the stream holds from there.
+            for (seq, leaf, payload) in &stream {
+                if *seq >= from && !v.stopped {
+                    heard = now;
+                    message(&mut r, &mut v, now, &subjects[*leaf], *seq, payload, None);
+                }
+            }
         }
     }
 }

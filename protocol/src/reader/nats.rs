@@ -210,7 +210,7 @@ impl Reader {
     /// skipped by its step), not as repeats.
     pub fn handle_stream_last(&mut self, last: u64) -> u64 {
         self.last_seq = self.last_seq.min(last);
-        self.last_seq + 1
+        self.last_seq.saturating_add(1)
     }
 
     /// The driver did something else (passed a drift request on, met a read error): the
@@ -232,8 +232,10 @@ impl Reader {
             self.events.push_back(Event::Silent);
             return;
         }
+        // A server's sequence is never the largest (it would have no next); one that says
+        // so is read on from there, not overflowed.
         self.events.push_back(Event::Resume {
-            from_seq: self.last_seq + 1,
+            from_seq: self.last_seq.saturating_add(1),
         });
     }
 
@@ -615,6 +617,19 @@ mod tests {
                 "gap to 20 (keyframe): steps 14..20 are not on the stream OSTM_demo; continuing from its keyframe at step 20".into()
             ]
         );
+    }
+
+    /// Found by the fuzz target (`fixtures/fuzz/nats_reader/largest-sequence`): a message
+    /// at the largest stream sequence overflowed the sequence to read on from.
+    #[test]
+    fn a_message_at_the_largest_sequence_is_read_on_from_there() {
+        let mut r = reader();
+        let rec = Session::new("demo").unwrap().records();
+        assert_eq!(r.handle_message(1, &rec, u64::MAX, &recs(10..11)), Ok(None));
+        assert_eq!(drain(&mut r), ["record 10"]);
+        r.handle_timeout(1 + RESUME_AFTER_MS);
+        assert_eq!(drain(&mut r), [format!("resume from {}", u64::MAX)]);
+        assert_eq!(r.handle_stream_last(u64::MAX), u64::MAX);
     }
 
     #[test]
