@@ -1482,7 +1482,8 @@ pub fn tcp_reader(data: &[u8]) {
 /// viewer's step, B the gap's end) unless it is the spool's (its sentence names the bound);
 /// a keyframe gap's world is at its end; nothing but the end follows a gap left open; the
 /// end comes after the gap it leaves open; nothing follows the end, a refusal or the
-/// silence; records waiting for a keyframe are named as a gap before the silence.
+/// silence; records waiting for a keyframe, and every step heard of past the viewer's, are
+/// named as a gap before the silence.
 struct NatsViewer {
     /// The step the next record must carry.
     next: u64,
@@ -1563,6 +1564,11 @@ impl NatsViewer {
                         !self.waiting || self.open.is_some(),
                         "the session lost with records past step {next} heard of and no gap named"
                     );
+                    let heard = r.host_step();
+                    assert!(
+                        heard <= next || self.open.is_some_and(|to| to >= heard),
+                        "the session lost at step {next} with steps to {heard} heard of and no gap named to it"
+                    );
                     self.stopped = true;
                 }
             }
@@ -1574,7 +1580,7 @@ impl NatsViewer {
 /// `nats_reader`: a simulated stream, one event a byte: a message the stream numbers next
 /// on the session's records subject (1 to 4 records from the host's next step, a step
 /// skipped or one repeated), its keyframes subject (this world or another, at the host's
-/// step), its end subject, or the fuzzer's own bytes on any subject; a message the stream
+/// step or up to 3 steps behind the records sent), its end subject, or the fuzzer's own bytes on any subject; a message the stream
 /// holds delivered again; a message with no sequence, the stream's last again, `u64::MAX`
 /// or 8 bytes of the input; the stream losing its tail (a cluster that lost acknowledged
 /// messages: it numbers the next ones from there again); the clock moved on by up to 20 s
@@ -1720,11 +1726,13 @@ pub fn nats_reader(data: &[u8]) {
                     }
                     2 => {
                         let ours = arg != 15;
+                        // At the host's step, or (arg 12 to 14) behind records already sent.
+                        let step = host_step.saturating_sub(u64::from(arg.saturating_sub(11) % 4));
                         let p = frames(&[ToViewer::Snapshot {
                             kind: SnapshotKind::Attach,
-                            world: world(if ours { 1 } else { 2 }, host_step),
+                            world: world(if ours { 1 } else { 2 }, step),
                         }]);
-                        (p, 1, (ours && host_step > v.next).then_some(host_step))
+                        (p, 1, (ours && step > v.next).then_some(step))
                     }
                     3 => (
                         frames(&[ToViewer::End(End {
