@@ -1970,7 +1970,10 @@ pub fn publisher(data: &[u8]) {
                 next_record: &mut u64,
                 ended_out: &mut bool,
                 owed: &mut Option<u64>| {
-        assert!(!*ended_out, "a message after the end: {m:?}");
+        assert!(
+            !*ended_out || m.kind == Kind::End,
+            "a message after the end: {m:?}"
+        );
         let content = (m.kind, m.step, m.payload.clone());
         if let Some(before) = ids.insert(m.id.clone(), content.clone()) {
             assert_eq!(before, content, "the id {} given to two messages", m.id);
@@ -2100,7 +2103,7 @@ pub fn publisher(data: &[u8]) {
         }
         now += ACK_TIMEOUT_MS;
         p.handle_timeout(now);
-        if p.queued() == 0 && p.in_flight() == 0 {
+        if p.queued() == 0 && p.in_flight() == 0 && !p.is_repeating_end() {
             break;
         }
     }

@@ -32,6 +32,11 @@ use tracing::{info, warn};
 /// (the server sets aside each stream's `max_bytes` of its JetStream storage when it
 /// creates the stream), large enough for an hour at a viewer's pace.
 pub const DEFAULT_RETENTION_BYTES: i64 = 64 << 20;
+/// The longest the host waits at its stop for an end being repeated (the publisher
+/// gives it up [`machine::END_WAIT_MS`] after its first publish, once its last attempt's
+/// [`machine::ACK_TIMEOUT_MS`] has passed), with a second to spare.
+pub const END_WAIT_MAX: Duration =
+    Duration::from_millis(machine::END_WAIT_MS + machine::ACK_TIMEOUT_MS + 1_000);
 /// The longest wait between two attempts at creating the stream.
 const STREAM_RETRY_MAX: Duration = Duration::from_secs(5);
 
@@ -126,6 +131,12 @@ impl Counters {
     /// repeated").
     pub fn counts(&self) -> machine::Counts {
         self.machine().counts()
+    }
+
+    /// The end has been published, and is repeated until it is acknowledged (the host
+    /// waits for it at its stop).
+    pub fn is_repeating_end(&self) -> bool {
+        self.machine().is_repeating_end()
     }
 
     pub fn state(&self) -> State {
@@ -503,6 +514,14 @@ fn log_events(shared: &Counters) {
                 )
             }
             machine::Event::Unencodable { step, why } => warn!(step, "{why}"),
+            machine::Event::EndAcknowledged { attempts } => {
+                info!(attempts, "NATS acknowledged the end at its publish number {attempts}")
+            }
+            machine::Event::EndLost { attempts, why } => warn!(
+                attempts,
+                "NATS did not acknowledge the end within {} s of its first publish ({attempts} publishes, the last: {why}): it is not published; viewers reading the session from NATS end after their 30 s of silence, without the host's verdict",
+                machine::END_WAIT_MS / 1000
+            ),
         }
     }
 }

@@ -775,8 +775,17 @@ impl Serving {
                 conns.abort_all();
             }
         }
-        if let Some(task) = publisher {
-            if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
+        if let Some(mut task) = publisher {
+            // The end published and not acknowledged yet is repeated until it is, for a
+            // bounded time the publisher keeps itself (docs/fan-out.md, "The end").
+            let finished = tokio::time::timeout(SHUTDOWN_GRACE, &mut task)
+                .await
+                .is_ok()
+                || (self.nats.as_ref().is_some_and(|n| n.is_repeating_end())
+                    && tokio::time::timeout(crate::publish::END_WAIT_MAX, &mut task)
+                        .await
+                        .is_ok());
+            if !finished {
                 warn!("the NATS publisher did not finish in time");
                 nats_stop.cancel();
             }

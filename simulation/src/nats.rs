@@ -21,7 +21,7 @@ use crate::{Fault, Sim, TICK_MS};
 use ostm_protocol::reader::nats::{self as reader, Reader};
 use ostm_protocol::reader::Arrival;
 use ostm_protocol::serve::publish::{self, Kind, Publish, Publisher};
-use ostm_protocol::session::Plant;
+use ostm_protocol::session::{Plant, Stop};
 use ostm_protocol::sim::op::decode_input;
 use ostm_protocol::wire::nats::{duplicate_window, keyframe, Session};
 use ostm_protocol::wire::RecordRef;
@@ -88,6 +88,14 @@ pub struct Nats {
     lost_seen: usize,
     /// The last message sent, for a publish sent twice.
     last_sent: Option<Publish>,
+    /// The end's first publish: its token and tick; its publishes in all.
+    end_first: Option<(u64, u64)>,
+    end_sends: u32,
+    /// What befell the end's first publish, when it was not acknowledged in time (not
+    /// stored, or its acknowledgement lost or late): its viewers must still get the end.
+    end_trouble: Option<String>,
+    /// The tick an acknowledgement of the end reached the host.
+    end_acked: Option<u64>,
     /// Each NATS viewer's reading, by the viewer's index.
     pub readings: Vec<Option<Reading>>,
     stray: u64,
@@ -247,6 +255,10 @@ fn new(sim_rng: &mut impl FnMut(u64) -> u64, keyframe_every: u64, feed: usize) -
         lost_steps: BTreeSet::new(),
         lost_seen: 0,
         last_sent: None,
+        end_first: None,
+        end_sends: 0,
+        end_trouble: None,
+        end_acked: None,
         readings: Vec::new(),
         stray: 0,
     }
@@ -284,10 +296,29 @@ pub fn record(sim: &mut Sim, r: &Record) {
     }
 }
 
-/// The host's end.
+/// The host's end; in one faulty run in four the stream's leader is killed as the host
+/// stops (a host stopped while the stream has no leader: its end's first publish is lost).
 pub fn end(sim: &mut Sim, end: End) {
-    if let Some(n) = sim.stream.as_mut() {
-        n.end = Some((end, END_TRIES));
+    let Some(n) = sim.stream.as_mut() else {
+        return;
+    };
+    n.end = Some((end, END_TRIES));
+    if !sim.faulty() || !sim.one_in(4) {
+        return;
+    }
+    let down = 50 + sim.below(250);
+    let until = sim.until(down) * TICK_MS;
+    let lazy = sim.one_in(2);
+    let ms = sim.now * TICK_MS;
+    let Some(n) = sim.stream.as_mut() else {
+        return;
+    };
+    if let Some(l) = n.cluster.leader() {
+        n.cluster.kill(l, ms, Some(until), lazy);
+        sim.fault(
+            Fault::LeaderKilled,
+            format!("node {l} for {down} ticks, as the host stops"),
+        );
     }
 }
 
@@ -337,6 +368,11 @@ pub fn host_tick(sim: &mut Sim) {
     // Acknowledgements made, on their way (lost, answered with an error, or late, as
     // the faults say).
     while let Some(a) = n.cluster.poll_ack() {
+        let first_end = n.end_first.is_some_and(|(t, _)| t == a.token);
+        if first_end && n.lose_acks + n.late_acks > 0 && n.end_trouble.is_none() {
+            let what = if n.lose_acks > 0 { "lost" } else { "late" };
+            n.end_trouble = Some(format!("was stored, its acknowledgement {what}"));
+        }
         if n.lose_acks > 0 {
             n.lose_acks -= 1;
             if n.lose_acks % 2 == 1 {
@@ -360,13 +396,27 @@ pub fn host_tick(sim: &mut Sim) {
     while k < n.acks.len() {
         if n.acks[k].at <= now {
             let a = n.acks.remove(k);
-            n.publisher.handle_acked(a.token);
+            if n.end_acked.is_none() && n.publisher.is_repeating_end() {
+                n.publisher.handle_acked(a.token);
+                if !n.publisher.is_repeating_end() {
+                    n.end_acked = Some(now);
+                }
+            } else {
+                n.publisher.handle_acked(a.token);
+            }
         } else {
             k += 1;
         }
     }
     if n.publisher.poll_timeout().is_some_and(|t| t <= ms) {
         n.publisher.handle_timeout(ms);
+    }
+    // The end's first publish not acknowledged in time (whatever became of it).
+    if let Some((_, at)) = n.end_first {
+        let due = at + publish::ACK_TIMEOUT_MS / TICK_MS;
+        if now > due && n.end_trouble.is_none() && n.end_acked.is_none_or(|t| t > due) {
+            n.end_trouble = Some("was not acknowledged within 5 s".into());
+        }
     }
     // A failed message: the host knows its steps may be missing.
     while let Some(e) = n.publisher.poll_event() {
@@ -451,6 +501,22 @@ fn sent(sim: &mut Sim, m: Publish) {
             )));
         }
         n.records.insert(m.id.clone(), (m.step, m.steps));
+    }
+    if m.kind == Kind::End {
+        n.end_sends += 1;
+        if n.end_first.is_none() {
+            n.end_first = Some((m.token, sim.now));
+            if n.host_reconnect_at.is_some() || n.cluster.leader().is_none() {
+                n.end_trouble = Some(format!(
+                    "was not stored ({})",
+                    if n.host_reconnect_at.is_some() {
+                        "the host's client was reconnecting"
+                    } else {
+                        "the stream had no leader"
+                    }
+                ));
+            }
+        }
     }
     if n.host_reconnect_at.is_none() {
         n.cluster
@@ -606,6 +672,42 @@ pub fn inject(sim: &mut Sim, kind: u64) {
                 stray_keyframe(sim, step, "anywhere");
             }
         }
+    }
+}
+
+/// A NATS viewer still reading at the run's end got the host's end, when the end's first
+/// publish was not acknowledged in time (no leader as the host stopped, its
+/// acknowledgement lost or late): the host publishes the end again until the stream
+/// acknowledges it (docs/fan-out.md, "The end").
+pub fn end_reached(sim: &mut Sim) {
+    let Some(n) = sim.stream.as_ref() else {
+        return;
+    };
+    let (Some(trouble), Some((_, first))) = (n.end_trouble.as_ref(), n.end_first) else {
+        return;
+    };
+    // A cluster that lost acknowledged messages numbers them again: that is the rule of
+    // `readers_not_stranded` and `lost_acknowledged_named`, not this one's.
+    if !n.cluster.lost_acked.is_empty() {
+        return;
+    }
+    // A viewer paused or slow within the last SILENCE_TICKS had no time to read on.
+    let since = sim.now.saturating_sub(crate::SILENCE_TICKS);
+    let waiting = (0..sim.viewers.len()).find(|&i| {
+        let v = &sim.viewers[i];
+        v.reads_nats()
+            && v.core.attached_at().is_some()
+            && v.paused_until.max(v.slow_until) < since
+            && matches!(v.core.stop(), None | Some(Stop::Interrupted))
+    });
+    if let Some(i) = waiting {
+        let why = format!(
+            "viewer {i} never got the host's end: its first publish at tick {first} {trouble}; it was published {} times{}",
+            n.end_sends,
+            n.end_acked
+                .map_or(", never acknowledged".into(), |t| format!(", acknowledged at tick {t}"))
+        );
+        sim.violate(why);
     }
 }
 

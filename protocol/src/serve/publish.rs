@@ -38,10 +38,14 @@
 //!   the list, or waits for the one it had): [`Publisher::handle_disconnected`]. What was
 //!   in flight may not be stored, so the next step gets a keyframe. Nothing is published
 //!   again when it comes back: a failed publish is never repeated (sent later it would be
-//!   stored after the messages that followed it, out of step order).
+//!   stored after the messages that followed it, out of step order), but for the end.
+//! - The end, last, is published again under its id [`END_AGAIN_MS`] after an attempt
+//!   failed, until it is acknowledged, while less than [`END_WAIT_MS`] have passed since
+//!   its first publish; [`Publisher::poll_timeout`] names when.
+//!   [`Publisher::is_repeating_end`] while it is.
 //! - [`Publisher::poll_event`] for the log; [`Publisher::counts`] for the status line;
-//!   [`Publisher::is_done`] once the feed is closed, everything in it published and every
-//!   acknowledgement answered or timed out.
+//!   [`Publisher::is_done`] once the feed is closed, everything in it published, every
+//!   acknowledgement answered or timed out, and the end acknowledged or given up.
 //!
 //! The host shares one machine between its stepping thread and its publisher task behind
 //! a lock held for one call at a time.
@@ -61,6 +65,11 @@ pub const FEED_CAPACITY: usize = 65_536;
 pub const IN_FLIGHT: usize = 1024;
 /// A publish not acknowledged within this long has failed (5 s, the client's own wait).
 pub const ACK_TIMEOUT_MS: u64 = 5_000;
+/// The end is published again this long after an attempt failed.
+pub const END_AGAIN_MS: u64 = 1_000;
+/// The end is published again until it is acknowledged, while less than this has passed
+/// since its first publish (the last attempt still has its [`ACK_TIMEOUT_MS`]).
+pub const END_WAIT_MS: u64 = 30_000;
 
 /// What the publisher is configured with.
 #[derive(Debug, Clone)]
@@ -133,6 +142,13 @@ pub enum Event {
     Failed { step: u64, steps: u64, why: String },
     /// A keyframe or the end could not be encoded (`why`): it is not published.
     Unencodable { step: u64, why: String },
+    /// The end was acknowledged at its `attempts`-th publish (said only when an attempt
+    /// before it failed).
+    EndAcknowledged { attempts: u32 },
+    /// The end was not acknowledged within [`END_WAIT_MS`] of its first publish and
+    /// [`ACK_TIMEOUT_MS`] of its last (`attempts` in all, the last failing with `why`):
+    /// it is not published again.
+    EndLost { attempts: u32, why: String },
 }
 
 /// The publisher's counters (docs/fan-out.md, "Failed publishes are not repeated"): each
@@ -164,17 +180,20 @@ pub enum Plant {
     DroppedKeyframeNeverAsked,
     /// A failed acknowledgement counts its steps as failed but asks for no keyframe.
     AckFailureNoKeyframe,
+    /// The end is published once: an attempt that fails is not repeated.
+    EndPublishedOnce,
 }
 
 impl Plant {
     /// Every plant, with its name on the command line.
-    pub const ALL: [(Plant, &'static str); 3] = [
+    pub const ALL: [(Plant, &'static str); 4] = [
         (Plant::KeyframeUnderRecordId, "keyframe-under-record-id"),
         (
             Plant::DroppedKeyframeNeverAsked,
             "dropped-keyframe-never-asked",
         ),
         (Plant::AckFailureNoKeyframe, "ack-failure-no-keyframe"),
+        (Plant::EndPublishedOnce, "end-published-once"),
     ];
 }
 
@@ -189,10 +208,22 @@ enum Item {
 /// A message awaiting its acknowledgement.
 #[derive(Debug)]
 struct Flight {
+    kind: Kind,
     step: u64,
     steps: u64,
     /// When it has failed, unacknowledged.
     deadline: Millis,
+}
+
+/// The end, from its first publish until it is acknowledged or given up.
+#[derive(Debug)]
+struct EndAgain {
+    end: End,
+    /// When it was first published.
+    first: Millis,
+    /// When it is published again (after an attempt failed); `None` while one is awaited.
+    again: Option<Millis>,
+    attempts: u32,
 }
 
 /// The publisher: see the module's documentation.
@@ -209,6 +240,8 @@ pub struct Publisher {
     want_key: bool,
     /// The end is in the feed (or published).
     ended: bool,
+    /// The end published and not acknowledged yet: it is published again until it is.
+    end_again: Option<EndAgain>,
     /// Nothing more comes from the stepping loop.
     closed: bool,
     /// Acknowledgements awaited, by token (tokens and deadlines grow together).
@@ -231,6 +264,7 @@ impl Publisher {
             need_key: true,
             want_key: false,
             ended: false,
+            end_again: None,
             closed: false,
             flights: BTreeMap::new(),
             next_token: 1,
@@ -268,10 +302,18 @@ impl Publisher {
         self.flights.len()
     }
 
-    /// The feed is closed, everything in it handed to the client and every
-    /// acknowledgement answered or timed out: the driver may stop.
+    /// The feed is closed, everything in it handed to the client, every
+    /// acknowledgement answered or timed out and the end acknowledged or given up: the
+    /// driver may stop.
     pub fn is_done(&self) -> bool {
-        self.closed && self.feed.is_empty() && self.flights.is_empty()
+        self.closed && self.feed.is_empty() && self.flights.is_empty() && self.end_again.is_none()
+    }
+
+    /// The end has been published and is neither acknowledged nor given up yet (it is
+    /// published again after a failed attempt, for at most [`END_WAIT_MS`] from its
+    /// first publish): the host waits for it at its stop.
+    pub fn is_repeating_end(&self) -> bool {
+        self.end_again.is_some()
     }
 
     fn room(&self) -> bool {
@@ -345,6 +387,21 @@ impl Publisher {
     /// message awaits its acknowledgement until `now +` [`ACK_TIMEOUT_MS`].
     pub fn poll_transmit(&mut self, now: Millis) -> Option<Publish> {
         let now = self.now(now);
+        if self.flights.len() < self.cfg.in_flight {
+            if let Some(e) = self
+                .end_again
+                .as_mut()
+                .filter(|e| e.again.is_some_and(|t| t <= now))
+            {
+                // The end again, under the same id: the stream stores it once.
+                e.again = None;
+                e.attempts += 1;
+                let (step, end) = (e.end.host_step, e.end.clone());
+                if let Ok(f) = HostCodec::encode_frame(&ToViewer::End(end)) {
+                    return Some(self.send(Kind::End, step, 0, f.0, now));
+                }
+            }
+        }
         while self.flights.len() < self.cfg.in_flight {
             let item = self.feed.pop_front()?;
             let (kind, step, steps, payload) = match item {
@@ -370,8 +427,16 @@ impl Publisher {
                 }
                 Item::End(end) => {
                     let step = end.host_step;
-                    match HostCodec::encode_frame(&ToViewer::End(end)) {
-                        Ok(f) => (Kind::End, step, 0, f.0),
+                    match HostCodec::encode_frame(&ToViewer::End(end.clone())) {
+                        Ok(f) => {
+                            self.end_again = Some(EndAgain {
+                                end,
+                                first: now,
+                                again: None,
+                                attempts: 1,
+                            });
+                            (Kind::End, step, 0, f.0)
+                        }
                         Err(e) => {
                             self.events.push_back(Event::Unencodable {
                                 step,
@@ -444,6 +509,7 @@ impl Publisher {
         self.flights.insert(
             token,
             Flight {
+                kind,
                 step,
                 steps,
                 deadline: now.saturating_add(ACK_TIMEOUT_MS),
@@ -462,10 +528,17 @@ impl Publisher {
     }
 
     /// The stream acknowledged message `token` (stored, or a duplicate of one stored): its
-    /// steps are published.
+    /// steps are published; the end is not published again.
     pub fn handle_acked(&mut self, token: u64) {
         if let Some(f) = self.flights.remove(&token) {
             self.counts.published += f.steps;
+            if f.kind == Kind::End {
+                if let Some(e) = self.end_again.take().filter(|e| e.attempts > 1) {
+                    self.events.push_back(Event::EndAcknowledged {
+                        attempts: e.attempts,
+                    });
+                }
+            }
         }
     }
 
@@ -483,11 +556,32 @@ impl Publisher {
         if !self.plant.is(Plant::AckFailureNoKeyframe) {
             self.want_key = true;
         }
+        if f.kind == Kind::End {
+            self.end_failed(&why);
+        }
         self.events.push_back(Event::Failed {
             step: f.step,
             steps: f.steps,
             why,
         });
+    }
+
+    /// An attempt at the end failed: it is published again [`END_AGAIN_MS`] later, unless
+    /// that is [`END_WAIT_MS`] or more after its first publish.
+    fn end_failed(&mut self, why: &str) {
+        let now = self.clock;
+        let Some(e) = self.end_again.as_mut() else {
+            return;
+        };
+        let again = now.saturating_add(END_AGAIN_MS);
+        if again < e.first.saturating_add(END_WAIT_MS) && !self.plant.is(Plant::EndPublishedOnce) {
+            e.again = Some(again);
+        } else if let Some(e) = self.end_again.take() {
+            self.events.push_back(Event::EndLost {
+                attempts: e.attempts,
+                why: why.to_string(),
+            });
+        }
     }
 
     /// The client's connection to the server dropped: what was in flight may not be
@@ -497,11 +591,17 @@ impl Publisher {
         self.want_key = true;
     }
 
-    /// When [`Publisher::handle_timeout`] must be called next: the oldest awaited
-    /// acknowledgement's deadline.
+    /// When [`Publisher::handle_timeout`] (and then [`Publisher::poll_transmit`]) must be
+    /// called next: the oldest awaited acknowledgement's deadline, or the time to publish
+    /// the end again if that is sooner.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
-        self.flights.first_key_value().map(|(_, f)| f.deadline)
+        let ack = self.flights.first_key_value().map(|(_, f)| f.deadline);
+        let end = self.end_again.as_ref().and_then(|e| e.again);
+        match (ack, end) {
+            (Some(a), Some(e)) => Some(a.min(e)),
+            (a, e) => a.or(e),
+        }
     }
 
     /// The time is `now`: every message awaited past its deadline has failed.

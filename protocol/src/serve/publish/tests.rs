@@ -291,7 +291,12 @@ fn failed_counts_each_step_once_and_no_keyframe_or_end_and_asks_a_keyframe() {
     p.handle_ack_failed(e[0].token, "no responders".into());
     let c = p.counts();
     assert_eq!((c.steps, c.published, c.failed), (3, 0, 3));
-    assert!(p.is_done());
+    assert!(!p.is_done(), "the end is published again");
+    p.handle_timeout(END_WAIT_MS);
+    let again = drain(&mut p, END_WAIT_MS);
+    p.handle_ack_failed(again[0].token, "no responders".into());
+    assert_eq!(p.counts(), c, "an end that fails again adds nothing");
+    assert!(p.is_done(), "given up");
     // A keyframe that failed asks for another at the next step too.
     let mut p = Publisher::new(config(1_000_000, 1_000, 1_000));
     step(&mut p, 0, 1);
@@ -348,4 +353,92 @@ fn the_end_waits_for_room_and_nothing_follows_it() {
         p.is_done(),
         "an end never handed over leaves nothing to wait for"
     );
+}
+
+#[test]
+fn a_failed_end_is_published_again_under_its_id_until_acknowledged() {
+    // No leader at the stop: the end's first attempts are answered with an error or not at
+    // all; each is repeated a second later under the same id, until one is acknowledged.
+    let mut p = Publisher::new(config(1_000_000, 1_000, 1_000));
+    step(&mut p, 0, 2);
+    let m = drain(&mut p, 0);
+    ack_all(&mut p, &m);
+    assert!(p.handle_end(end(2)));
+    p.handle_feed_closed();
+    let first = drain(&mut p, 100);
+    assert_eq!(kinds(&first), ["end"]);
+    assert!(p.is_repeating_end());
+    p.handle_ack_failed(first[0].token, "no responders".into());
+    assert!(matches!(
+        p.poll_event(),
+        Some(Event::Failed { steps: 0, .. })
+    ));
+    assert!(
+        p.poll_transmit(100 + END_AGAIN_MS - 1).is_none(),
+        "not before its time"
+    );
+    assert_eq!(p.poll_timeout(), Some(100 + END_AGAIN_MS));
+    let second = drain(&mut p, 100 + END_AGAIN_MS);
+    assert_eq!(kinds(&second), ["end"]);
+    assert_eq!(second[0].id, first[0].id, "the same Nats-Msg-Id");
+    assert_eq!(second[0].payload, first[0].payload);
+    assert_eq!(second[0].subject, first[0].subject);
+    assert_ne!(second[0].token, first[0].token);
+    // Not answered: it times out, and goes again.
+    let t = 100 + END_AGAIN_MS + ACK_TIMEOUT_MS;
+    assert_eq!(p.poll_timeout(), Some(t));
+    p.handle_timeout(t);
+    assert!(!p.is_done());
+    let third = drain(&mut p, t + END_AGAIN_MS);
+    assert_eq!(third[0].id, first[0].id);
+    // A late answer to an attempt given up counts for nothing; the latest's does.
+    p.handle_acked(second[0].token);
+    assert!(p.is_repeating_end());
+    p.handle_acked(third[0].token);
+    assert!(!p.is_repeating_end());
+    assert!(p.is_done());
+    while let Some(e) = p.poll_event() {
+        if let Event::EndAcknowledged { attempts } = e {
+            assert_eq!(attempts, 3);
+            return;
+        }
+    }
+    panic!("no EndAcknowledged event");
+}
+
+#[test]
+fn the_end_is_given_up_once_its_wait_has_passed() {
+    let mut p = Publisher::new(config(1_000_000, 1_000, 1_000));
+    assert!(p.handle_end(end(0)));
+    p.handle_feed_closed();
+    let mut now = 0;
+    let mut attempts = 0;
+    while let Some(m) = p.poll_transmit(now) {
+        attempts += 1;
+        assert!(now < END_WAIT_MS, "published again at {now} ms");
+        p.handle_ack_failed(m.token, "no responders".into());
+        now = p.poll_timeout().unwrap_or(now);
+        p.handle_timeout(now);
+    }
+    assert_eq!(attempts, END_WAIT_MS / END_AGAIN_MS);
+    assert!(p.is_done());
+    let lost: Vec<_> = std::iter::from_fn(|| p.poll_event())
+        .filter(|e| matches!(e, Event::EndLost { .. }))
+        .collect();
+    assert_eq!(
+        lost,
+        [Event::EndLost {
+            attempts: attempts as u32,
+            why: "no responders".into()
+        }]
+    );
+    // An end acknowledged at once is published once, and says nothing.
+    let mut p = Publisher::new(config(1_000_000, 1_000, 1_000));
+    assert!(p.handle_end(end(0)));
+    p.handle_feed_closed();
+    let m = drain(&mut p, 0);
+    ack_all(&mut p, &m);
+    assert!(p.is_done());
+    assert!(p.poll_event().is_none());
+    assert!(p.poll_transmit(END_WAIT_MS).is_none());
 }
