@@ -223,7 +223,6 @@ pub fn at_end(sim: &mut Sim) {
     viewers_agree(sim);
     stream_stores_each_id_once(sim);
     readers_not_stranded(sim);
-    crate::nats::end_reached(sim);
 }
 
 /// No NATS reader is left at the end past the stream's last sequence (a cluster that lost

@@ -354,6 +354,9 @@ pub fn run(seed: u64, cfg: &Config) -> Outcome {
     if sim.violation.is_none() {
         check::at_end(&mut sim);
     }
+    if sim.violation.is_none() {
+        nats::end_reached(&mut sim);
+    }
     let _ = std::fs::remove_dir_all(&scratch);
     let verified = sim.viewers.iter().map(|v| v.core.verified()).sum();
     Outcome {
