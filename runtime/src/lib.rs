@@ -9,6 +9,7 @@
 //!   authentication and its client options).
 //! - [`join`]: joining a session on NATS JetStream as a viewer does (the stream from a
 //!   sequence on, the host's rate).
+//! - [`read`]: the TCP/TLS reader machine's driver loop, which the viewer and the bench run.
 //! - [`follow`]: the NATS reader machine's driver loop, which the viewer and the bench run.
 //! - [`signal`]: the stop signal (SIGINT, SIGTERM).
 //! - [`shell`]: the `completions` and `man` commands (clap_complete, clap_mangen).
@@ -23,6 +24,7 @@ pub mod follow;
 pub mod join;
 pub mod logging;
 pub mod metrics;
+pub mod read;
 pub mod shell;
 pub mod signal;
 pub mod stdout;

@@ -6,22 +6,21 @@
 //! the handshake, heartbeats, silence, runs of records) and [`nats::Reader`]
 //! (docs/fan-out.md: the stream's messages once each by sequence, gaps, keyframes), what
 //! they hand over given to the verifier ([`session::Verifier`]) through [`Arrival`], as
-//! `ostm-viewer`'s drivers (viewer/src/live/network.rs and nats.rs) do. The drivers here
-//! only move bytes and time: no spool, TLS, reconnection or drift request (a drift, a
-//! failure or a lost connection ends the viewer with its sentence).
+//! `ostm-viewer` does, run by the viewer's own driver loops (ostm-runtime's [`read`] and
+//! [`follow`]). The bench's side of them only verifies: no spool, TLS, reconnection or
+//! drift request (a drift, a failure or a lost connection ends the viewer with its
+//! sentence).
 
-use bytes::BytesMut;
 use ostm_protocol::reader::{nats, tcp, Arrival};
-use ostm_protocol::session::{self, Goal, Limits, Millis, Stop};
+use ostm_protocol::session::{self, Goal, Limits, Stop};
 use ostm_protocol::sim::op::for_each_op;
-use ostm_protocol::wire::{RecordRef, ToHost, ViewerCodec};
+use ostm_protocol::wire::{RecordRef, ToHost};
 use ostm_protocol::Op;
 use ostm_runtime::follow::{follow, Followed, Hand};
+use ostm_runtime::read;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -153,24 +152,9 @@ impl Verifier {
     }
 }
 
-/// The drivers' clock: milliseconds since the viewer started.
-struct Clock(Instant);
-
-impl Clock {
-    fn now(&self) -> Millis {
-        self.0.elapsed().as_millis() as Millis
-    }
-
-    fn at(&self, t: Option<Millis>) -> Instant {
-        match t {
-            Some(t) => self.0 + Duration::from_millis(t),
-            None => Instant::now() + Duration::from_secs(3600),
-        }
-    }
-}
-
 /// A viewer over TCP until `stop` or the host's end: the TCP reader's machine
-/// ([`tcp::Reader`], no reconnection) on one connection, every record verified.
+/// ([`tcp::Reader`], no reconnection) run by the viewer's driver loop ([`read`]) on one
+/// connection, every record verified.
 pub async fn tcp(
     addr: String,
     v: Verifier,
@@ -184,132 +168,16 @@ pub async fn tcp(
         tls: false,
         one_at_a_time: false,
     };
-    let clock = Clock(Instant::now());
-    let mut d = Tcp {
-        m: tcp::Reader::new(cfg.clone(), clock.now()),
-        clock,
-        addr: cfg.addr,
-        v,
-        attached,
-        connect: false,
-        closed: false,
-        done: false,
+    let opts = read::Options {
+        read_buffer: READ_BUFFER,
+        small_receive_buffer: false,
     };
+    let mut hand = Verifying { v, attached };
     let ran = tokio::select! {
-        r = d.run() => r,
+        r = read::read(cfg, opts, Instant::now(), &mut hand) => r,
         _ = stop.cancelled() => Ok(()),
     };
-    ran.map(|()| d.v)
-}
-
-/// The driver of a [`tcp::Reader`]: see [`tcp`].
-struct Tcp {
-    m: tcp::Reader,
-    clock: Clock,
-    addr: String,
-    v: Verifier,
-    attached: Arc<AtomicUsize>,
-    /// The machine asked for a connection.
-    connect: bool,
-    /// The machine closed the connection.
-    closed: bool,
-    /// The machine has stopped.
-    done: bool,
-}
-
-impl Tcp {
-    async fn run(&mut self) -> Result<(), String> {
-        loop {
-            self.events()?;
-            if self.done {
-                return Ok(());
-            }
-            if std::mem::take(&mut self.connect) {
-                self.connection().await?;
-                continue;
-            }
-            tokio::time::sleep_until(self.clock.at(self.m.poll_timeout())).await;
-            self.m.handle_timeout(self.clock.now());
-        }
-    }
-
-    /// Does what the machine says: arrivals to the verifier.
-    fn events(&mut self) -> Result<(), String> {
-        while let Some(e) = self.m.poll_event() {
-            match e {
-                tcp::Event::Connect => self.connect = true,
-                tcp::Event::Close => self.closed = true,
-                tcp::Event::Done => self.done = true,
-                tcp::Event::Deliver(a) => self.v.take(a, &self.attached)?,
-                tcp::Event::DriftReply(_)
-                | tcp::Event::StreamEnded
-                | tcp::Event::AwaitDrain
-                | tcp::Event::Reconnecting { .. } => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// One connection, from its opening until the machine closes it.
-    async fn connection(&mut self) -> Result<(), String> {
-        self.closed = false;
-        let deadline = self.clock.at(self.m.poll_timeout());
-        let opened = tokio::time::timeout_at(deadline, TcpStream::connect(&self.addr)).await;
-        let now = self.clock.now();
-        let stream = match opened {
-            Err(_) => {
-                self.m.handle_timeout(now);
-                return Ok(());
-            }
-            Ok(Err(e)) => {
-                self.m.handle_connect_failed(now, e.to_string());
-                return Ok(());
-            }
-            Ok(Ok(s)) => s,
-        };
-        let _ = stream.set_nodelay(true);
-        self.m.handle_connected(self.clock.now());
-        let (mut rd, mut wr) = stream.into_split();
-        let mut buf = BytesMut::with_capacity(READ_BUFFER);
-        let mut eof = false;
-        loop {
-            while !self.closed && self.m.handle_data(self.clock.now(), &mut buf, eof) {
-                self.events()?;
-                self.v.fair().await;
-            }
-            self.events()?;
-            while let Some(t) = self.m.poll_transmit() {
-                let frame = ViewerCodec::encode_frame(&t).map_err(|e| e.to_string())?;
-                if let Err(e) = wr.write_all(&frame.0).await {
-                    self.m.handle_write_failed(self.clock.now(), e.to_string());
-                }
-            }
-            self.events()?;
-            if self.closed || self.done || eof {
-                return Ok(());
-            }
-            if buf.capacity() - buf.len() < READ_BUFFER / 2 {
-                buf.reserve(READ_BUFFER);
-            }
-            let deadline = self.clock.at(self.m.poll_timeout());
-            tokio::select! {
-                biased;
-                r = rd.read_buf(&mut buf) => match r {
-                    Ok(0) => eof = true,
-                    Ok(_) => {}
-                    Err(e) => self.m.handle_read_failed(self.clock.now(), e.to_string()),
-                },
-                _ = tokio::time::sleep_until(deadline) => {}
-            }
-            // The heartbeats say the viewer's step; a heartbeat due under a stream fast
-            // enough that the timer's branch never wins goes too.
-            let now = self.clock.now();
-            if self.m.poll_timeout().is_some_and(|t| t <= now) {
-                self.m.handle_viewer_step(self.v.core.world().step);
-                self.m.handle_timeout(now);
-            }
-        }
-    }
+    ran.map(|()| hand.v)
 }
 
 /// Retries `f` for up to 30 s, every 100 ms at first and then less often (the host
@@ -400,11 +268,29 @@ pub async fn nats(
     }
 }
 
-/// The bench's side of the NATS driver loop ([`follow`]): what the machine delivers is
-/// verified at once; no drift request (a drift ends the viewer).
+/// The bench's side of the TCP and NATS driver loops ([`read`], [`follow`]): what the
+/// machine delivers is verified at once; no drift request (a drift ends the viewer).
 struct Verifying {
     v: Verifier,
     attached: Arc<AtomicUsize>,
+}
+
+impl read::Hand for Verifying {
+    type Stop = String;
+
+    fn deliver(&mut self, _: &mut tcp::Reader, a: Arrival) -> Result<(), String> {
+        self.v.take(a, &self.attached)
+    }
+
+    /// The heartbeats say the viewer's step.
+    fn viewer_step(&self) -> u64 {
+        self.v.core.world().step
+    }
+
+    async fn after_data(&mut self, _: &mut tcp::Reader, _: u64) -> Result<(), String> {
+        self.v.fair().await;
+        Ok(())
+    }
 }
 
 impl Hand for Verifying {
