@@ -31,6 +31,7 @@ mod publish;
 mod serve;
 mod source;
 mod stepper;
+mod tally;
 mod tls;
 mod unpoisoned;
 

@@ -37,6 +37,9 @@ pub const DEFAULT_RETENTION_BYTES: i64 = 64 << 20;
 /// [`machine::ACK_TIMEOUT_MS`] has passed), with a second to spare.
 pub const END_WAIT_MAX: Duration =
     Duration::from_millis(machine::END_WAIT_MS + machine::ACK_TIMEOUT_MS + 1_000);
+/// Failed publishes are warned about once, then at most this often, with their count
+/// since (docs/fan-out.md, "Failed publishes are not repeated").
+pub const FAILURE_WARNING_EVERY: Duration = Duration::from_secs(10);
 /// The longest wait between two attempts at creating the stream.
 const STREAM_RETRY_MAX: Duration = Duration::from_secs(5);
 
@@ -91,6 +94,81 @@ pub struct Counters {
     stream_ready: AtomicBool,
     /// Why the server refused the stream, while it does.
     refused: Mutex<Option<String>>,
+    /// The failed publishes since the last warning about them.
+    failures: Mutex<Failures>,
+}
+
+/// The failed publishes since the last warning about them (a server away fails every
+/// message: thousands a second).
+#[derive(Debug, Default)]
+struct Failures {
+    /// Messages failed since the last warning.
+    tally: crate::tally::Tally,
+    /// The steps they held.
+    steps: u64,
+    /// A failure was warned about, and no publish acknowledged since.
+    failing: bool,
+}
+
+impl Failures {
+    /// Message from `step` (holding `steps`) failed (`why`): the first is warned about at
+    /// once, the next at most once per [`FAILURE_WARNING_EVERY`] with their count.
+    fn failed(&mut self, step: u64, steps: u64, why: &str) {
+        self.steps += steps;
+        let first = !self.failing && self.tally.since == 0;
+        let Some(failed) = self.tally.add(1, FAILURE_WARNING_EVERY) else {
+            return;
+        };
+        let steps = std::mem::take(&mut self.steps);
+        self.failing = true;
+        if first && failed == 1 {
+            warn!(
+                step,
+                steps,
+                "the NATS publish from step {step} failed: {why}; further failures are counted and logged at most once every {} s until NATS acknowledges publishes again",
+                FAILURE_WARNING_EVERY.as_secs()
+            );
+        } else {
+            warn!(
+                step,
+                failed,
+                steps,
+                "{failed} NATS publishes failed since the last warning ({steps} steps), the last from step {step}: {why}"
+            );
+        }
+    }
+
+    /// A publish was acknowledged: after failures warned about, a line says so (with the
+    /// failures since the last warning); the count goes on from there.
+    fn acked(&mut self) {
+        if !self.failing {
+            return;
+        }
+        self.failing = false;
+        let (failed, steps) = (
+            std::mem::take(&mut self.tally.since),
+            std::mem::take(&mut self.steps),
+        );
+        info!(
+            failed,
+            steps,
+            "NATS acknowledges the host's publishes again ({failed} more failed since the last warning, {steps} steps)"
+        );
+    }
+
+    /// At the publisher's end: failures not yet warned about are.
+    fn flush(&mut self) {
+        if self.tally.since > 0 {
+            let (failed, steps) = (
+                std::mem::take(&mut self.tally.since),
+                std::mem::take(&mut self.steps),
+            );
+            warn!(
+                failed,
+                steps, "{failed} NATS publishes failed since the last warning ({steps} steps)"
+            );
+        }
+    }
 }
 
 /// What the status line says of NATS.
@@ -118,6 +196,7 @@ impl Counters {
             client: OnceLock::new(),
             stream_ready: AtomicBool::new(false),
             refused: Mutex::new(None),
+            failures: Mutex::new(Failures::default()),
         }
     }
 
@@ -125,6 +204,10 @@ impl Counters {
     /// every call leaves it whole).
     fn machine(&self) -> MutexGuard<'_, Publisher> {
         self.machine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn failures(&self) -> MutexGuard<'_, Failures> {
+        self.failures.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Steps published, dropped and failed (docs/fan-out.md, "Failed publishes are not
@@ -471,6 +554,7 @@ async fn run(
         }
     }
     log_events(&shared);
+    shared.failures().flush();
     let _ = client.flush().await;
 }
 
@@ -508,10 +592,7 @@ fn log_events(shared: &Counters) {
         };
         match ev {
             machine::Event::Failed { step, steps, why } => {
-                warn!(
-                    step,
-                    steps, "the NATS publish from step {step} failed: {why}"
-                )
+                shared.failures().failed(step, steps, &why)
             }
             machine::Event::Unencodable { step, why } => warn!(step, "{why}"),
             machine::Event::EndAcknowledged { attempts } => {
@@ -576,10 +657,14 @@ impl Acks {
 }
 
 fn settle(token: u64, r: AckResult, shared: &Counters) {
-    let mut m = shared.machine();
     match r {
-        Ok(_) => m.handle_acked(token),
-        Err(e) => m.handle_ack_failed(token, format!("NATS did not acknowledge it: {e}")),
+        Ok(_) => {
+            shared.machine().handle_acked(token);
+            shared.failures().acked();
+        }
+        Err(e) => shared
+            .machine()
+            .handle_ack_failed(token, format!("NATS did not acknowledge it: {e}")),
     }
 }
 

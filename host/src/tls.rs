@@ -96,11 +96,7 @@ struct Loaded {
 }
 
 /// The refused handshakes since the last warning about them.
-#[derive(Debug, Default)]
-struct Refusals {
-    warned: Option<std::time::Instant>,
-    since: u64,
-}
+type Refusals = crate::tally::Tally;
 
 /// The certificate and key the host serves, read from its two files; a reload swaps them
 /// for new connections while connections already made go on.
@@ -178,13 +174,9 @@ impl Identity {
             return;
         }
         let mut refusals = unpoisoned(self.refusals.lock());
-        refusals.since += 1;
-        if refusals
-            .warned
-            .is_some_and(|at| at.elapsed() < REFUSAL_WARNING_EVERY)
-        {
+        let Some(refused) = refusals.add(1, REFUSAL_WARNING_EVERY) else {
             return;
-        }
+        };
         let why = if now > served.not_after {
             format!(
                 "the certificate {} expired on {} (it is now {}) and viewers refuse it",
@@ -201,17 +193,12 @@ impl Identity {
             )
         };
         tracing::warn!(
-            refused = refusals.since,
+            refused,
             cert = %self.cert.display(),
             not_after = %utc(served.not_after),
-            "refused {} TLS handshakes since the last warning (the last: {e}): {why}; {}",
-            refusals.since,
+            "refused {refused} TLS handshakes since the last warning (the last: {e}): {why}; {}",
             self.renew()
         );
-        *refusals = Refusals {
-            warned: Some(std::time::Instant::now()),
-            since: 0,
-        };
     }
 
     /// What to do about a certificate at or near its end.
