@@ -229,7 +229,8 @@ fn the_viewer_logs_attach_resync_recording_and_end() {
         until(&mut v, |e| e["event"] == "attached");
         // Paused while the host runs far past its queue: resynced when it reads again.
         v.signal("STOP");
-        let at = host.wait_status(|_| true)["step"].as_u64().unwrap();
+        // From the host's step now (a status line read earlier is older).
+        let at = host.status_now()["step"].as_u64().unwrap();
         host.wait_status(|s| s["step"].as_u64().unwrap() > at + 1_000_000);
         v.signal("CONT");
         let restart = until(&mut v, |e| e["event"] == "resync" || e["event"] == "gap");
