@@ -96,6 +96,9 @@ pub struct Counters {
     refused: Mutex<Option<String>>,
     /// The failed publishes since the last warning about them.
     failures: Mutex<Failures>,
+    /// The server (host, port) the machine last asked to move from: the client tries it
+    /// last when it reconnects.
+    avoid: Mutex<Option<(String, u16)>>,
 }
 
 /// The failed publishes since the last warning about them (a server away fails every
@@ -197,6 +200,7 @@ impl Counters {
             stream_ready: AtomicBool::new(false),
             refused: Mutex::new(None),
             failures: Mutex::new(Failures::default()),
+            avoid: Mutex::new(None),
         }
     }
 
@@ -304,13 +308,15 @@ pub enum Prepared {
     },
 }
 
-/// The client's options: the session's authentication, and a keyframe asked for whenever
-/// the connection drops (what was in flight may not have been stored).
+/// The client's options: the session's authentication; the machine told when the
+/// connection drops (a keyframe is asked for: what was in flight may not have been
+/// stored) and comes back; and the server the machine asked to move from tried last.
 async fn connect_options(
     opts: &Options,
     counters: &Arc<Counters>,
 ) -> Result<async_nats::ConnectOptions, String> {
     let c = counters.clone();
+    let avoiding = counters.clone();
     Ok(opts
         .auth
         .connect_options()
@@ -318,11 +324,39 @@ async fn connect_options(
         .event_callback(move |ev| {
             let c = c.clone();
             async move {
-                if matches!(ev, async_nats::Event::Disconnected) {
-                    c.machine().handle_disconnected();
+                match ev {
+                    async_nats::Event::Disconnected => c.machine().handle_disconnected(),
+                    async_nats::Event::Connected => c.machine().handle_connected(),
+                    _ => {}
                 }
             }
+        })
+        .reconnect_to_server_callback(move |servers, _| {
+            let avoid = avoiding.avoid.lock().ok().and_then(|a| a.clone());
+            async move { avoid.and_then(|a| next_server(&servers, &a)) }
         }))
+}
+
+/// The server to reconnect to when the machine asked to move from `avoid`: the least
+/// failed of the client's servers (those given and those the cluster told of), `avoid`
+/// last among equals; at once when it has not failed yet.
+fn next_server(
+    servers: &[async_nats::Server],
+    avoid: &(String, u16),
+) -> Option<async_nats::ReconnectToServer> {
+    let s = servers
+        .iter()
+        .min_by_key(|s| (s.failed_attempts, is_server(&s.addr, avoid)))?;
+    Some(async_nats::ReconnectToServer {
+        addr: s.addr.clone(),
+        delay: (s.failed_attempts == 0).then_some(Duration::ZERO),
+    })
+}
+
+/// `addr` is the server at `(host, port)` (its INFO's; a server listening on every
+/// address names none).
+fn is_server(addr: &async_nats::ServerAddr, (host, port): &(String, u16)) -> bool {
+    addr.port() == *port && (addr.host() == host || matches!(host.as_str(), "0.0.0.0" | "::" | ""))
 }
 
 /// Tries the server once before the host announces itself: a server that answers and
@@ -528,7 +562,7 @@ async fn run(
                 m.handle_timeout(clock.now());
                 m.poll_transmit(clock.now())
             };
-            log_events(&shared);
+            log_events(&shared, &client);
             let Some(p) = next else { break };
             let token = p.token;
             match js.send_publish(p.subject.clone(), message(p)).await {
@@ -541,7 +575,7 @@ async fn run(
             let m = shared.machine();
             (m.is_done(), m.poll_timeout())
         };
-        log_events(&shared);
+        log_events(&shared, &client);
         if done {
             break;
         }
@@ -553,7 +587,7 @@ async fn run(
             _ = stop.cancelled() => break,
         }
     }
-    log_events(&shared);
+    log_events(&shared, &client);
     shared.failures().flush();
     let _ = client.flush().await;
 }
@@ -584,13 +618,32 @@ fn message(p: machine::Publish) -> PublishMessage {
         .message_id(p.id)
 }
 
-/// Logs what the machine says happened.
-fn log_events(shared: &Counters) {
+/// Logs what the machine says happened; asked to move to another server, has the client
+/// reconnect, the server it is on tried last.
+fn log_events(shared: &Counters, client: &async_nats::Client) {
     loop {
         let Some(ev) = shared.machine().poll_event() else {
             return;
         };
         match ev {
+            machine::Event::MoveServer { unacknowledged_ms } => {
+                let info = client.server_info();
+                let server = format!("{}:{}", info.host, info.port);
+                warn!(
+                    unacknowledged_ms,
+                    server = %server,
+                    "no NATS publish acknowledged for {unacknowledged_ms} ms, some failed, while connected to {server}: it stores nothing (cut off from its cluster?); moving to another server"
+                );
+                if let Ok(mut a) = shared.avoid.lock() {
+                    *a = Some((info.host, info.port));
+                }
+                let c = client.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = c.force_reconnect().await {
+                        warn!("cannot reconnect to NATS: {e}");
+                    }
+                });
+            }
             machine::Event::Failed { step, steps, why } => {
                 shared.failures().failed(step, steps, &why)
             }

@@ -11,7 +11,10 @@
 //!   is down, then started again;
 //! - every node SIGKILLed at once, then all started again;
 //! - the node a viewer is attached to SIGKILLed for good: the viewer moves to another;
-//! - the node a viewer is attached to cut off from the others for 10 s, then healed.
+//! - the node a viewer is attached to cut off from the others for 10 s, then healed;
+//! - the node the host publishes through cut off from the others for 25 s: the host
+//!   moves to another after 10 s of publishes unacknowledged (it failed them for the
+//!   whole cut before), then the node is healed.
 //!
 //! Each time: the host keeps stepping; each viewer ends with every step from its attach
 //! to the end either verified or named in a gap (never `ok` over a step it did not
@@ -339,10 +342,19 @@ enum Fault {
     /// healed node then causes: a cut of 15 s and that election outlast its 30 s of
     /// silence.)
     ViewersNodeCutOff,
+    /// The node the host publishes through (n0, its only server given: it hears of the
+    /// others from the cluster) cut off from the others for 25 s of the host's steps, the
+    /// viewers on the other two; then healed. The host's connection to n0 stays up and
+    /// n0 stores nothing: after 10 s of publishes unacknowledged the host moves to
+    /// another node, and publishes again there while the cut lasts.
+    HostsNodeCutOff,
 }
 
 fn session(fault: Fault, name: &str) {
-    let cut = matches!(fault, Fault::LeaderCutOff | Fault::ViewersNodeCutOff);
+    let cut = matches!(
+        fault,
+        Fault::LeaderCutOff | Fault::ViewersNodeCutOff | Fault::HostsNodeCutOff
+    );
     let mut cluster = if cut {
         Cluster::start_linked(3)
     } else {
@@ -376,7 +388,13 @@ fn session(fault: Fault, name: &str) {
 
     // The viewers attach through the two nodes that do not lead the stream (F1, F2):
     // viewer A through F1 or F2 (its client picks one of its servers), viewer B through F2.
-    let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    // (When the host's node is cut off, through the two others.)
+    let apart = if fault == Fault::HostsNodeCutOff {
+        0
+    } else {
+        leader
+    };
+    let followers: Vec<usize> = (0..3).filter(|&i| i != apart).collect();
     let (f1, f2) = (followers[0], followers[1]);
     let a_addr = format!("{}/{name}", cluster.urls_of(&[f1, f2]));
     let b_addr = format!("{}/{name}", cluster.urls_of(&[f2]));
@@ -390,6 +408,7 @@ fn session(fault: Fault, name: &str) {
             leader
         }
         Fault::FollowerTruncated | Fault::FollowerFlipped => f1,
+        Fault::HostsNodeCutOff => 0,
         // The node viewer A is on: F1 when F1 has a client besides the host (which is on
         // node 0), else F2 (viewer B's too, then both move).
         Fault::ViewersNodeGone | Fault::ViewersNodeCutOff => {
@@ -416,6 +435,10 @@ fn session(fault: Fault, name: &str) {
             cluster.cut_off(victim);
             10 * RATE
         }
+        Fault::HostsNodeCutOff => {
+            cluster.cut_off(victim);
+            25 * RATE
+        }
         Fault::AllKilled => {
             cluster.stop();
             2 * RATE
@@ -427,6 +450,10 @@ fn session(fault: Fault, name: &str) {
     };
     // The host keeps stepping while the node is away.
     let down = host.wait_status(|v| counter(v, "step") >= counter(&before, "step") + away);
+    // What the host failed while the cut lasted (the election the healed node causes
+    // after it may fail more).
+    let failed_in_cut = counter(&down, "nats_failed") - counter(&before, "nats_failed");
+    let published_in_cut = counter(&down, "nats_published") - counter(&before, "nats_published");
     if fault == Fault::LeaderPaused {
         // The stream's leader then (the resumed node catches up while the host goes on;
         // the host's lines below wait for publishing past the fault).
@@ -518,6 +545,23 @@ fn session(fault: Fault, name: &str) {
         viewer(&vb),
     );
     assert_eq!(lost, 0, "the cluster lost acknowledged steps");
+    if fault == Fault::HostsNodeCutOff {
+        // It moved: its failed steps are those of the 10 s of publishes unacknowledged
+        // (and the move), not the cut's 25 s; it published again through another node
+        // while n0 was still cut off.
+        eprintln!(
+            "the host's node cut off for {away} steps: {failed_in_cut} failed, \
+             {published_in_cut} acknowledged meanwhile"
+        );
+        assert!(
+            failed_in_cut <= 16 * RATE,
+            "the host failed {failed_in_cut} steps in a cut of {away}: it stayed on the cut-off node"
+        );
+        assert!(
+            published_in_cut >= 5 * RATE,
+            "the host published only {published_in_cut} steps in a cut of {away}: it stayed on the cut-off node"
+        );
+    }
     // With three replicas and one node away, a quorum stays: nothing the host
     // acknowledged is missing, so a viewer leaves unverified only the steps the stream
     // lacks (those the host dropped or failed to publish) and, after each, the records up
@@ -571,6 +615,11 @@ fn the_node_a_viewer_is_on_killed_for_good_the_viewer_moves_to_another() {
 #[test]
 fn the_node_a_viewer_is_on_cut_off_from_the_others_for_10_s_then_healed() {
     session(Fault::ViewersNodeCutOff, "island");
+}
+
+#[test]
+fn the_node_the_host_publishes_through_cut_off_for_25_s_the_host_moves_to_another() {
+    session(Fault::HostsNodeCutOff, "moved");
 }
 
 /// A stream that exists with other replicas is used as it is, and the host says so; a

@@ -34,6 +34,12 @@
 //!   [`Config::in_flight`] acknowledgements are awaited.
 //! - At [`Publisher::poll_timeout`], [`Publisher::handle_timeout`]: a message not
 //!   acknowledged within [`ACK_TIMEOUT_MS`] of its publish has failed.
+//! - On [`Event::MoveServer`] (the server the client is connected to takes publishes
+//!   and stores none: publishes failing, none acknowledged, for [`MOVE_AFTER_MS`] while
+//!   the connection is up, as from a server cut off from its cluster): connect to
+//!   another server, the one it was on tried last.
+//!   [`Publisher::handle_disconnected`] and [`Publisher::handle_connected`] as the
+//!   client's connection goes and comes.
 //! - When the client's connection to the server drops (it fails over to another server of
 //!   the list, or waits for the one it had): [`Publisher::handle_disconnected`]. What was
 //!   in flight may not be stored, so the next step gets a keyframe. Nothing is published
@@ -70,6 +76,13 @@ pub const END_AGAIN_MS: u64 = 1_000;
 /// The end is published again until it is acknowledged, while less than this has passed
 /// since its first publish (the last attempt still has its [`ACK_TIMEOUT_MS`]).
 pub const END_WAIT_MS: u64 = 30_000;
+/// Publishes unacknowledged for this long, some of them failed, while the connection is
+/// up: the server the client is on takes them and stores none (cut off from its cluster,
+/// say, its clients still connected), and the driver moves to another
+/// ([`Event::MoveServer`]). Measured from the first publish after the latest
+/// acknowledgement (or connection); twice [`ACK_TIMEOUT_MS`], so that at least one
+/// publish has timed out, and longer than a stream's leader election.
+pub const MOVE_AFTER_MS: u64 = 10_000;
 
 /// What the publisher is configured with.
 #[derive(Debug, Clone)]
@@ -149,6 +162,14 @@ pub enum Event {
     /// [`ACK_TIMEOUT_MS`] of its last (`attempts` in all, the last failing with `why`):
     /// it is not published again.
     EndLost { attempts: u32, why: String },
+    /// No publish has been acknowledged for `unacknowledged_ms` (at least
+    /// [`MOVE_AFTER_MS`]) and some failed, while the connection was up: the server the
+    /// client is on stores nothing. The driver connects to another server, the one it is
+    /// on tried last (a client left to pick may take the same one again); the lost
+    /// connection and the new one are [`Publisher::handle_disconnected`] and
+    /// [`Publisher::handle_connected`] as ever. Asked again after as long if the next
+    /// server stores nothing either.
+    MoveServer { unacknowledged_ms: u64 },
 }
 
 /// The publisher's counters (docs/fan-out.md, "Failed publishes are not repeated"): each
@@ -249,6 +270,13 @@ pub struct Publisher {
     next_token: u64,
     /// The latest time the driver gave.
     clock: Millis,
+    /// Since the first publish after the latest acknowledgement (or connection): none
+    /// acknowledged since.
+    unacked_since: Option<Millis>,
+    /// A publish has failed since `unacked_since`.
+    failing: bool,
+    /// The client is connected (as far as the driver said).
+    connected: bool,
     counts: Counts,
     events: VecDeque<Event>,
     plant: crate::plant::Planted<Plant>,
@@ -269,6 +297,9 @@ impl Publisher {
             flights: BTreeMap::new(),
             next_token: 1,
             clock: 0,
+            unacked_since: None,
+            failing: false,
+            connected: true,
             counts: Counts::default(),
             events: VecDeque::new(),
             plant: Default::default(),
@@ -387,6 +418,7 @@ impl Publisher {
     /// message awaits its acknowledgement until `now +` [`ACK_TIMEOUT_MS`].
     pub fn poll_transmit(&mut self, now: Millis) -> Option<Publish> {
         let now = self.now(now);
+        self.check_move(now);
         if self.flights.len() < self.cfg.in_flight {
             if let Some(e) = self
                 .end_again
@@ -504,6 +536,7 @@ impl Publisher {
             Kind::End => (s.end(), self.ids.end(), Vec::new()),
         };
         headers.push((STEP_HEADER, step.to_string()));
+        self.unacked_since.get_or_insert(now);
         let token = self.next_token;
         self.next_token += 1;
         self.flights.insert(
@@ -539,6 +572,8 @@ impl Publisher {
                     });
                 }
             }
+            self.unacked_since = None;
+            self.failing = false;
         }
     }
 
@@ -553,6 +588,7 @@ impl Publisher {
 
     fn fail(&mut self, f: Flight, why: String) {
         self.counts.failed += f.steps;
+        self.failing = true;
         if !self.plant.is(Plant::AckFailureNoKeyframe) {
             self.want_key = true;
         }
@@ -589,19 +625,50 @@ impl Publisher {
     /// or time out.)
     pub fn handle_disconnected(&mut self) {
         self.want_key = true;
+        self.connected = false;
+    }
+
+    /// The client is connected again (to the server it had or another): publishes count
+    /// as unacknowledged from the next one on ([`MOVE_AFTER_MS`]).
+    pub fn handle_connected(&mut self) {
+        self.connected = true;
+        self.unacked_since = None;
+        self.failing = false;
+    }
+
+    /// Asks the driver to move to another server ([`Event::MoveServer`]) when publishes
+    /// have gone unacknowledged for [`MOVE_AFTER_MS`], some failed, while connected.
+    /// Checked whenever the driver gives the time: a host that keeps stepping keeps
+    /// publishing, and its messages' deadlines keep coming.
+    fn check_move(&mut self, now: Millis) {
+        let Some(since) = self.unacked_since else {
+            return;
+        };
+        if self.connected && self.failing && now >= since.saturating_add(MOVE_AFTER_MS) {
+            // Counted again from the next publish (on the next server, or on this one if
+            // the client could reach no other).
+            self.unacked_since = None;
+            self.failing = false;
+            self.events.push_back(Event::MoveServer {
+                unacknowledged_ms: now - since,
+            });
+        }
     }
 
     /// When [`Publisher::handle_timeout`] (and then [`Publisher::poll_transmit`]) must be
     /// called next: the oldest awaited acknowledgement's deadline, or the time to publish
-    /// the end again if that is sooner.
+    /// the end again or to move to another server ([`MOVE_AFTER_MS`]) if that is sooner.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         let ack = self.flights.first_key_value().map(|(_, f)| f.deadline);
         let end = self.end_again.as_ref().and_then(|e| e.again);
-        match (ack, end) {
-            (Some(a), Some(e)) => Some(a.min(e)),
-            (a, e) => a.or(e),
-        }
+        let moving = match self.unacked_since {
+            Some(since) if self.connected && self.failing => {
+                Some(since.saturating_add(MOVE_AFTER_MS))
+            }
+            _ => None,
+        };
+        [ack, end, moving].into_iter().flatten().min()
     }
 
     /// The time is `now`: every message awaited past its deadline has failed.
@@ -614,6 +681,7 @@ impl Publisher {
             let f = entry.remove();
             self.fail(f, format!("no acknowledgement within {ACK_TIMEOUT_MS} ms"));
         }
+        self.check_move(now);
     }
 
     /// `now`, or the latest time seen if that is later (a driver's time never goes back;

@@ -442,3 +442,108 @@ fn the_end_is_given_up_once_its_wait_has_passed() {
     assert!(p.poll_event().is_none());
     assert!(p.poll_transmit(END_WAIT_MS).is_none());
 }
+
+/// The moves the machine asks for (how long nothing was acknowledged), taking them out
+/// of its events.
+fn moves(p: &mut Publisher) -> Vec<u64> {
+    std::iter::from_fn(|| p.poll_event())
+        .filter_map(|e| match e {
+            Event::MoveServer { unacknowledged_ms } => Some(unacknowledged_ms),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Steps `from..to` taken and published at `t`, a step every 100 ms, every message
+/// timing out (a server that takes them and stores none); the moves asked, with when.
+fn unstored(p: &mut Publisher, from: u64, to: u64, t: &mut Millis) -> Vec<(Millis, u64)> {
+    let mut asked = Vec::new();
+    for s in from..to {
+        step(p, s, s + 1);
+        drain(p, *t);
+        *t += 100;
+        p.handle_timeout(*t);
+        asked.extend(moves(p).into_iter().map(|m| (*t, m)));
+    }
+    asked
+}
+
+#[test]
+fn publishes_unacknowledged_for_ten_seconds_while_connected_ask_for_another_server() {
+    let mut p = Publisher::new(config(1_000, 1_000, 1_000));
+    step(&mut p, 0, 2);
+    let first = drain(&mut p, 0);
+    ack_all(&mut p, &first);
+    // From 1 s on nothing is stored: the first publish unacknowledged is at 1 s, the
+    // first to time out at 6 s; the move is asked at 11 s, once, and again 10 s after
+    // the first publish that follows it.
+    let mut t = 1_000;
+    let asked = unstored(&mut p, 2, 260, &mut t);
+    assert_eq!(asked, vec![(11_000, 10_000), (21_000, 10_000)]);
+    // The driver is woken for it: a machine failing is due at the move's time.
+    let mut p = Publisher::new(config(1_000, 1_000, 1_000));
+    step(&mut p, 0, 1);
+    for m in drain(&mut p, 0) {
+        p.handle_ack_failed(m.token, "no responders".into());
+    }
+    step(&mut p, 1, 2);
+    drain(&mut p, 9_000);
+    assert_eq!(
+        p.poll_timeout(),
+        Some(10_000),
+        "the move is due before the 14 s timeout"
+    );
+    p.handle_timeout(9_999);
+    assert_eq!(moves(&mut p), Vec::<u64>::new());
+    p.handle_timeout(10_000);
+    assert_eq!(
+        moves(&mut p),
+        vec![10_000],
+        "failures the client reports count too"
+    );
+}
+
+#[test]
+fn no_move_while_acknowledgements_come_nothing_fails_or_the_connection_is_down() {
+    // Slow acknowledgements that come: no move, however long each publish waits.
+    let mut p = Publisher::new(config(1_000, 1_000, 1_000));
+    let mut t = 0;
+    for s in 0..100 {
+        step(&mut p, s, s + 1);
+        let m = drain(&mut p, t);
+        t += 4_000;
+        p.handle_timeout(t);
+        ack_all(&mut p, &m);
+        assert_eq!(moves(&mut p), Vec::<u64>::new(), "at {t} ms");
+    }
+    // Unacknowledged but none failed yet: no move.
+    let mut p = Publisher::new(config(1_000, 1_000, 1_000));
+    step(&mut p, 0, 1);
+    drain(&mut p, 0);
+    step(&mut p, 1, 2);
+    drain(&mut p, 4_000);
+    p.handle_timeout(4_999);
+    assert_eq!(moves(&mut p), Vec::<u64>::new());
+    // Failing while the connection is down: the client is failing over on its own; from
+    // the connection on, counted afresh.
+    let mut p = Publisher::new(config(1_000, 1_000, 1_000));
+    p.handle_disconnected();
+    let mut t = 0;
+    assert_eq!(unstored(&mut p, 0, 200, &mut t), Vec::new());
+    p.handle_connected();
+    let asked = unstored(&mut p, 200, 350, &mut t);
+    assert_eq!(
+        asked,
+        vec![(30_000, 10_000)],
+        "10 s after the first publish at 20 s"
+    );
+    // An acknowledgement counts afresh from the next publish.
+    let mut p = Publisher::new(config(1_000, 1_000, 1_000));
+    let mut t = 0;
+    assert_eq!(unstored(&mut p, 0, 90, &mut t), Vec::new(), "9 s");
+    step(&mut p, 90, 91);
+    let m = drain(&mut p, t);
+    ack_all(&mut p, &m);
+    assert_eq!(unstored(&mut p, 91, 185, &mut t), Vec::new(), "9.4 s more");
+    assert_eq!(unstored(&mut p, 185, 200, &mut t), vec![(19_000, 10_000)]);
+}
