@@ -98,7 +98,7 @@ pub struct Counters {
     failures: Mutex<Failures>,
     /// The server (host, port) the machine last asked to move from: the client tries it
     /// last when it reconnects.
-    avoid: Mutex<Option<(String, u16)>>,
+    avoid: ostm_runtime::moving::Avoid,
 }
 
 /// The failed publishes since the last warning about them (a server away fails every
@@ -200,7 +200,7 @@ impl Counters {
             stream_ready: AtomicBool::new(false),
             refused: Mutex::new(None),
             failures: Mutex::new(Failures::default()),
-            avoid: Mutex::new(None),
+            avoid: Default::default(),
         }
     }
 
@@ -316,47 +316,17 @@ async fn connect_options(
     counters: &Arc<Counters>,
 ) -> Result<async_nats::ConnectOptions, String> {
     let c = counters.clone();
-    let avoiding = counters.clone();
-    Ok(opts
-        .auth
-        .connect_options()
-        .await?
-        .event_callback(move |ev| {
-            let c = c.clone();
-            async move {
-                match ev {
-                    async_nats::Event::Disconnected => c.machine().handle_disconnected(),
-                    async_nats::Event::Connected => c.machine().handle_connected(),
-                    _ => {}
-                }
+    let options = counters.avoid.options(opts.auth.connect_options().await?);
+    Ok(options.event_callback(move |ev| {
+        let c = c.clone();
+        async move {
+            match ev {
+                async_nats::Event::Disconnected => c.machine().handle_disconnected(),
+                async_nats::Event::Connected => c.machine().handle_connected(),
+                _ => {}
             }
-        })
-        .reconnect_to_server_callback(move |servers, _| {
-            let avoid = avoiding.avoid.lock().ok().and_then(|a| a.clone());
-            async move { avoid.and_then(|a| next_server(&servers, &a)) }
-        }))
-}
-
-/// The server to reconnect to when the machine asked to move from `avoid`: the least
-/// failed of the client's servers (those given and those the cluster told of), `avoid`
-/// last among equals; at once when it has not failed yet.
-fn next_server(
-    servers: &[async_nats::Server],
-    avoid: &(String, u16),
-) -> Option<async_nats::ReconnectToServer> {
-    let s = servers
-        .iter()
-        .min_by_key(|s| (s.failed_attempts, is_server(&s.addr, avoid)))?;
-    Some(async_nats::ReconnectToServer {
-        addr: s.addr.clone(),
-        delay: (s.failed_attempts == 0).then_some(Duration::ZERO),
-    })
-}
-
-/// `addr` is the server at `(host, port)` (its INFO's; a server listening on every
-/// address names none).
-fn is_server(addr: &async_nats::ServerAddr, (host, port): &(String, u16)) -> bool {
-    addr.port() == *port && (addr.host() == host || matches!(host.as_str(), "0.0.0.0" | "::" | ""))
+        }
+    }))
 }
 
 /// Tries the server once before the host announces itself: a server that answers and
@@ -627,22 +597,13 @@ fn log_events(shared: &Counters, client: &async_nats::Client) {
         };
         match ev {
             machine::Event::MoveServer { unacknowledged_ms } => {
-                let info = client.server_info();
-                let server = format!("{}:{}", info.host, info.port);
-                warn!(
-                    unacknowledged_ms,
-                    server = %server,
-                    "no NATS publish acknowledged for {unacknowledged_ms} ms, some failed, while connected to {server}: it stores nothing (cut off from its cluster?); moving to another server"
-                );
-                if let Ok(mut a) = shared.avoid.lock() {
-                    *a = Some((info.host, info.port));
+                if let Some(server) = shared.avoid.move_from(client) {
+                    warn!(
+                        unacknowledged_ms,
+                        server = %server,
+                        "no NATS publish acknowledged for {unacknowledged_ms} ms, some failed, while connected to {server}: it stores nothing (cut off from its cluster?); moving to another server"
+                    );
                 }
-                let c = client.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = c.force_reconnect().await {
-                        warn!("cannot reconnect to NATS: {e}");
-                    }
-                });
             }
             machine::Event::Failed { step, steps, why } => {
                 shared.failures().failed(step, steps, &why)

@@ -24,6 +24,7 @@ pub mod follow;
 pub mod join;
 pub mod logging;
 pub mod metrics;
+pub mod moving;
 pub mod read;
 pub mod shell;
 pub mod signal;
