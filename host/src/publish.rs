@@ -709,3 +709,41 @@ async fn answer_drift(client: async_nats::Client, subject: String, hub: Arc<Hub>
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Failures;
+
+    /// A server away fails every message: the first failure is warned about, the next are
+    /// counted (not warned again within the period), an acknowledgement says they stopped
+    /// and starts the count over, and the period goes on from the last warning.
+    #[test]
+    fn failed_publishes_are_warned_about_once_then_counted_until_acknowledged_again() {
+        let mut f = Failures::default();
+        f.failed(10, 3, "no responders");
+        assert!(f.failing);
+        assert_eq!((f.tally.since, f.steps), (0, 0), "said");
+        let warned = f.tally.warned;
+        assert!(warned.is_some());
+        for step in 11..1_000 {
+            f.failed(step, 1, "no responders");
+        }
+        assert_eq!(
+            (f.tally.since, f.steps, f.tally.warned),
+            (989, 989, warned),
+            "counted, not warned again"
+        );
+        f.acked();
+        assert!(!f.failing);
+        assert_eq!((f.tally.since, f.steps), (0, 0), "said with the line");
+        f.acked();
+        f.failed(1_000, 2, "no responders");
+        assert_eq!(
+            (f.tally.since, f.steps, f.tally.warned),
+            (1, 2, warned),
+            "within the period: counted for the next warning"
+        );
+        f.flush();
+        assert_eq!((f.tally.since, f.steps), (0, 0), "said at the end");
+    }
+}
