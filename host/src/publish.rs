@@ -601,7 +601,7 @@ fn log_events(shared: &Counters, client: &async_nats::Client) {
                     warn!(
                         unacknowledged_ms,
                         server = %server,
-                        "no NATS publish acknowledged for {unacknowledged_ms} ms, some failed, while connected to {server}: it stores nothing (cut off from its cluster?); moving to another server"
+                        "nothing published to NATS was acknowledged for {unacknowledged_ms} ms, some of it failed, while connected to {server}: it stores nothing (cut off from its cluster?); moving to another server"
                     );
                 }
             }
