@@ -1559,8 +1559,6 @@ impl NatsViewer {
                 }
                 Event::Deliver(other) => panic!("a NATS reader handed over {other:?}"),
                 Event::Resume { from_seq } => resumes.push(from_seq),
-                // Asked only after consumers the driver says failed: this driver says none.
-                Event::MoveServer { .. } => {}
                 Event::Silent => {
                     assert!(
                         !self.waiting || self.open.is_some(),

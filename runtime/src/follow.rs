@@ -36,14 +36,6 @@ pub trait Hand {
     /// Passes the verifier's message on (a drift request, by request/reply).
     fn pass_on(&mut self, r: ToHost) -> impl Future<Output = ()> + Send;
 
-    /// The machine says the server the client is on serves nothing
-    /// ([`nats::Event::MoveServer`], after `quiet_ms` without a message): the viewer has
-    /// its client reconnect, that server tried last ([`crate::moving::Avoid`]). The
-    /// bench's viewers stay.
-    fn move_server(&mut self, quiet_ms: u64) {
-        let _ = quiet_ms;
-    }
-
     /// After each message: the bench lets its other viewers run here.
     fn after_message(&mut self) -> impl Future<Output = ()> + Send {
         async {}
@@ -91,7 +83,6 @@ pub async fn follow<H: Hand>(
                     match e {
                         nats::Event::Deliver(a) => batch.push(a),
                         nats::Event::Silent => silent = true,
-                        nats::Event::MoveServer { quiet_ms } => hand.move_server(quiet_ms),
                         nats::Event::Resume { from_seq } => {
                             debug!(last_seq = m.last_seq(), "no message for a while: reading on with a new consumer");
                             // From the stream's last sequence when it went back below the
@@ -107,18 +98,9 @@ pub async fn follow<H: Hand>(
                             // and the next attempt may land on one that runs.
                             let attempt = Duration::from_millis(nats::RESUME_AFTER_MS);
                             match tokio::time::timeout(attempt, read_from(stream, filter, from)).await {
-                                Ok(Ok(again)) => {
-                                    messages = again;
-                                    m.handle_resumed();
-                                }
-                                Ok(Err(e)) => {
-                                    debug!(error = %e, "cannot create a new consumer yet");
-                                    m.handle_resume_failed();
-                                }
-                                Err(_) => {
-                                    debug!(?attempt, "no new consumer within the attempt's time");
-                                    m.handle_resume_failed();
-                                }
+                                Ok(Ok(again)) => messages = again,
+                                Ok(Err(e)) => debug!(error = %e, "cannot create a new consumer yet"),
+                                Err(_) => debug!(?attempt, "no new consumer within the attempt's time"),
                             }
                             m.handle_wake(now());
                         }

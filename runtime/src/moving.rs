@@ -1,7 +1,7 @@
 //! Moving a NATS client off a server that serves nothing while its connection stays up
-//! (docs/fan-out.md, "Servers and failover"): the machines decide when
-//! (`serve::publish::Event::MoveServer`, `reader::nats::Event::MoveServer`); this has the
-//! client reconnect, the server it left tried last.
+//! (docs/fan-out.md, "Servers and failover"): the publisher machine decides when
+//! (`serve::publish::Event::MoveServer`); this has the client reconnect, the server it
+//! left tried last.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

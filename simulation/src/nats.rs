@@ -929,8 +929,6 @@ fn timers(sim: &mut Sim, i: usize, ms: u64, connected: bool) {
                 reader.handle_wake(ms);
             }
             reader::Event::Silent => silent = true,
-            // The simulated client is connected to the cluster, not to one of its servers.
-            reader::Event::MoveServer { .. } => {}
         }
     }
     spool(&mut r.spool, reader, &mut batch);

@@ -23,14 +23,6 @@ use std::collections::VecDeque;
 pub const SILENCE_MS: u64 = 30_000;
 /// How long without a message before the reader reads on with a new consumer.
 pub const RESUME_AFTER_MS: u64 = 3_000;
-/// No message for this long, and the new consumers asked for since (at least
-/// [`MOVE_AFTER_FAILED`] of them) all failed: the server the client is on serves nothing
-/// (cut off from its cluster, say, its clients still connected), and the driver moves to
-/// another ([`Event::MoveServer`]). A third of [`SILENCE_MS`], so that the next server has
-/// time to answer.
-pub const MOVE_AFTER_MS: u64 = 10_000;
-/// New consumers that must have failed before the reader asks to move.
-pub const MOVE_AFTER_FAILED: u32 = 2;
 
 /// A fault planted in the reader on purpose, for the seeded simulation's `--plant`: only
 /// a build with the `plants` feature (the simulation's) can set one, and only there is it
@@ -67,11 +59,6 @@ pub enum Event {
     /// The session sent nothing for [`SILENCE_MS`]: the reader gives it up (an open gap,
     /// if any, was delivered first).
     Silent,
-    /// No message for `quiet_ms` (at least [`MOVE_AFTER_MS`]) and every new consumer
-    /// asked for since failed ([`Reader::handle_resume_failed`]): connect to another
-    /// server, the one the client is on tried last, before reading on (the
-    /// [`Event::Resume`] that follows). Asked again after as many failures more.
-    MoveServer { quiet_ms: u64 },
 }
 
 /// What a reader joined at a keyframe hands over first: the keyframe's `world` as the
@@ -109,9 +96,6 @@ pub struct Reader {
     /// When the driver last looked (a message, a request, the resume timer).
     woke: Millis,
     host_step: u64,
-    /// New consumers that failed since the last message (or the last move, or the last
-    /// consumer made).
-    failed_resumes: u32,
     /// Stopped: the end taken, a refusal, or silence; nothing follows.
     done: bool,
     /// The end was taken (a spool that refused what came with it still opens its gap).
@@ -134,7 +118,6 @@ impl Reader {
             session,
             follow: Follow::new(world.step),
             host_step: world.step,
-            failed_resumes: 0,
             world,
             last_seq: key_seq,
             heard: now,
@@ -230,17 +213,6 @@ impl Reader {
         self.last_seq.saturating_add(1)
     }
 
-    /// The new consumer the driver asked for after [`Event::Resume`] could not be made
-    /// (an error, or no answer within its time): counted toward [`Event::MoveServer`].
-    pub fn handle_resume_failed(&mut self) {
-        self.failed_resumes = self.failed_resumes.saturating_add(1);
-    }
-
-    /// The new consumer was made: the server answers, the count starts again.
-    pub fn handle_resumed(&mut self) {
-        self.failed_resumes = 0;
-    }
-
     /// The driver did something else (passed a drift request on, met a read error): the
     /// quiet wait starts again.
     pub fn handle_wake(&mut self, now: Millis) {
@@ -259,11 +231,6 @@ impl Reader {
             self.done = true;
             self.events.push_back(Event::Silent);
             return;
-        }
-        let quiet_ms = now.saturating_sub(self.heard);
-        if quiet_ms >= MOVE_AFTER_MS && self.failed_resumes >= MOVE_AFTER_FAILED {
-            self.failed_resumes = 0;
-            self.events.push_back(Event::MoveServer { quiet_ms });
         }
         // A server's sequence is never the largest (it would have no next); one that says
         // so is read on from there, not overflowed.
@@ -288,7 +255,6 @@ impl Reader {
     ) -> Result<Option<End>, FormatError> {
         self.heard = now;
         self.woke = now;
-        self.failed_resumes = 0;
         let again = seq <= self.last_seq && seq != 0 && !self.plant.is(Plant::PassRepeats);
         if self.done || again {
             return Ok(None);
@@ -485,7 +451,6 @@ mod tests {
                 Event::Deliver(other) => format!("{other:?}"),
                 Event::Resume { from_seq } => format!("resume from {from_seq}"),
                 Event::Silent => "silent".into(),
-                Event::MoveServer { quiet_ms } => format!("move after {quiet_ms}"),
             });
         }
         out
@@ -692,64 +657,5 @@ mod tests {
         assert_eq!(now, 1_000 + SILENCE_MS);
         assert_eq!(resumes, 9);
         assert_eq!(r.poll_timeout(), None);
-    }
-
-    /// Each quiet wait of the driver: the timer's time, then what it does with a new
-    /// consumer (made or not).
-    fn quiet(r: &mut Reader, at: Millis, made: bool) -> Vec<String> {
-        r.handle_timeout(at);
-        let out = drain(r);
-        if out.iter().any(|e| e.starts_with("resume")) {
-            if made {
-                r.handle_resumed();
-            } else {
-                r.handle_resume_failed();
-            }
-            r.handle_wake(at + 3_000);
-        }
-        out
-    }
-
-    #[test]
-    fn ten_quiet_seconds_with_every_new_consumer_failing_ask_for_another_server() {
-        let rec = Session::new("demo").unwrap().records();
-        // Heard at 0; consumers asked at 3 s (fails by 6 s), 9 s (by 12 s), 15 s: both
-        // failed and 15 s quiet, so the move comes before the third.
-        let mut r = reader();
-        assert_eq!(r.handle_message(0, &rec, 6, &recs(10..11)), Ok(None));
-        drain(&mut r);
-        assert_eq!(quiet(&mut r, 3_000, false), ["resume from 7"]);
-        assert_eq!(quiet(&mut r, 9_000, false), ["resume from 7"]);
-        assert_eq!(
-            quiet(&mut r, 15_000, false),
-            ["move after 15000", "resume from 7"]
-        );
-        // Counted again: two more failures, then again.
-        assert_eq!(quiet(&mut r, 21_000, false), ["resume from 7"]);
-        assert_eq!(
-            quiet(&mut r, 27_000, false),
-            ["move after 27000", "resume from 7"]
-        );
-        // A consumer made (the server answers: the stream is only quiet) or a message
-        // starts the count again; so no move.
-        let mut r = reader();
-        assert_eq!(quiet(&mut r, 3_000, false), ["resume from 6"]);
-        assert_eq!(quiet(&mut r, 9_000, true), ["resume from 6"]);
-        assert_eq!(quiet(&mut r, 15_000, false), ["resume from 6"]);
-        assert_eq!(quiet(&mut r, 21_000, false), ["resume from 6"]);
-        assert_eq!(
-            quiet(&mut r, 27_000, false),
-            ["move after 27000", "resume from 6"]
-        );
-        let mut r = reader();
-        assert_eq!(quiet(&mut r, 3_000, false), ["resume from 6"]);
-        assert_eq!(r.handle_message(8_000, &rec, 6, &recs(10..11)), Ok(None));
-        drain(&mut r);
-        assert_eq!(quiet(&mut r, 11_000, false), ["resume from 7"]);
-        assert_eq!(quiet(&mut r, 17_000, false), ["resume from 7"]);
-        assert_eq!(
-            quiet(&mut r, 23_000, false),
-            ["move after 15000", "resume from 7"]
-        );
     }
 }

@@ -20,12 +20,11 @@ use ostm_protocol::{FormatError, World};
 use ostm_runtime::cli::NatsAuthArgs;
 use ostm_runtime::follow::{follow, Followed, Hand};
 use ostm_runtime::join::{rate, read_from};
-use ostm_runtime::moving::Avoid;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::debug;
 
 /// How long the reader waits for any message before it gives the session up: longer than
 /// over TCP, since a NATS server that restarts takes the client a few reconnection
@@ -166,8 +165,7 @@ pub async fn run(
     replies: std::sync::mpsc::Sender<Result<DriftReply, String>>,
 ) -> Ended<Lost> {
     let t = &dial.target;
-    let avoid = Avoid::default();
-    let (client, stream) = match open(&dial, &avoid).await {
+    let (client, stream) = match open(&dial).await {
         Ok(c) => c,
         Err(e) => return Ended::Broken(e),
     };
@@ -194,21 +192,16 @@ pub async fn run(
         stream: &stream,
         from_verifier,
         replies: &replies,
-        avoid,
     };
     read_on(&mut link, reader, messages, &shared, &spool).await
 }
 
 /// Connects to the server and finds the session's stream.
-async fn open(
-    dial: &Dial,
-    avoid: &Avoid,
-) -> Result<(async_nats::Client, jetstream::stream::Stream), Lost> {
+async fn open(dial: &Dial) -> Result<(async_nats::Client, jetstream::stream::Stream), Lost> {
     let t = &dial.target;
     let s = &t.session;
     let options = dial.auth.connect_options().await.map_err(Lost::Options)?;
-    let client = avoid
-        .options(options)
+    let client = options
         .connect(t.servers.urls())
         .await
         .map_err(|err| Lost::Connect {
@@ -288,8 +281,6 @@ struct Link<'a> {
     stream: &'a jetstream::stream::Stream,
     from_verifier: mpsc::UnboundedReceiver<ToHost>,
     replies: &'a std::sync::mpsc::Sender<Result<DriftReply, String>>,
-    /// The server the client was last asked to move from.
-    avoid: Avoid,
 }
 
 /// Reads the stream's messages into the spool through the NATS reader's machine
@@ -368,17 +359,6 @@ impl Hand for Spooling<'_, '_> {
     async fn pass_on(&mut self, r: ToHost) {
         let link = &self.link;
         pass_on(link.client, &link.target.session.drift(), r, link.replies).await;
-    }
-
-    fn move_server(&mut self, quiet_ms: u64) {
-        if let Some(server) = self.link.avoid.move_from(self.link.client) {
-            warn!(
-                quiet_ms,
-                server = %server,
-                "the session {} sent nothing for {quiet_ms} ms and no consumer could be made through {server}: it serves nothing (cut off from its cluster?); moving to another server",
-                self.link.target.name()
-            );
-        }
     }
 }
 
