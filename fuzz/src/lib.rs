@@ -1494,6 +1494,11 @@ struct NatsViewer {
     /// A gap left open (no keyframe): its end.
     open: Option<u64>,
     stopped: bool,
+    /// What the reader handed over so far, counted.
+    handed: u64,
+    /// The stream's last sequence the reader was told at or below its own: the next
+    /// message, if at it, is read again, and heard only if it hands something over.
+    reread: Option<u64>,
 }
 
 /// The spool's sentence in the `nats_reader` target.
@@ -1507,6 +1512,9 @@ impl NatsViewer {
         let mut resumes = Vec::new();
         while let Some(e) = r.poll_event() {
             assert!(!self.stopped, "an event after the reader stopped: {e:?}");
+            if matches!(e, Event::Deliver(_)) {
+                self.handed += 1;
+            }
             let next = self.next;
             match e {
                 Event::Deliver(Arrival::Record(rec)) => {
@@ -1622,6 +1630,8 @@ pub fn nats_reader(data: &[u8]) {
         spooling: false,
         open: None,
         stopped: false,
+        handed: 0,
+        reread: None,
     };
     let mut host_step: u64 = 10;
     // The stream: the messages it holds (sequence, subject, payload; its last 64) and its
@@ -1652,9 +1662,12 @@ pub fn nats_reader(data: &[u8]) {
                    subject: &str,
                    seq: u64,
                    payload: &[u8],
-                   expect: Option<u64>| {
+                   expect: Option<u64>|
+     -> bool {
         let live = !v.stopped && !v.spooling && v.open.is_none();
         let before = v.next;
+        let reread = v.reread.take().is_some_and(|s| s == seq && seq != 0);
+        let (handed, stopped) = (v.handed, v.stopped);
         match r.handle_message(now, subject, seq, payload) {
             Ok(_) => {}
             Err(e) => {
@@ -1677,6 +1690,8 @@ pub fn nats_reader(data: &[u8]) {
                  read on from the stream's last, was skipped as a repeat"
             );
         }
+        // The stream's last message read again is heard only if it handed something over.
+        !reread || v.handed != handed || v.stopped != stopped
     };
     for _ in 0..4_000 {
         if v.stopped {
@@ -1756,16 +1771,18 @@ pub fn nats_reader(data: &[u8]) {
                     stream.remove(0);
                 }
                 let (seq, leaf, payload) = stream.last().expect("a message just added");
-                heard = now;
                 let expect = expect.filter(|_| in_step);
-                message(&mut r, &mut v, now, &subjects[*leaf], *seq, payload, expect);
+                if message(&mut r, &mut v, now, &subjects[*leaf], *seq, payload, expect) {
+                    heard = now;
+                }
             }
             // A message the stream holds, delivered again (a new consumer's).
             5 => {
                 if let Some(i) = stream.len().checked_sub(1 + usize::from(arg)) {
                     let (seq, leaf, payload) = &stream[i];
-                    heard = now;
-                    message(&mut r, &mut v, now, &subjects[*leaf], *seq, payload, None);
+                    if message(&mut r, &mut v, now, &subjects[*leaf], *seq, payload, None) {
+                        heard = now;
+                    }
                 }
             }
             // A record at a sequence of no stream message: none, the stream's last again,
@@ -1792,8 +1809,9 @@ pub fn nats_reader(data: &[u8]) {
                     input: bytes::Bytes::new(),
                 })]);
                 host_step = host_step.max(step + 1);
-                heard = now;
-                message(&mut r, &mut v, now, &subjects[0], seq, &payload, None);
+                if message(&mut r, &mut v, now, &subjects[0], seq, &payload, None) {
+                    heard = now;
+                }
             }
             // The stream loses its tail: it numbers the next messages from there again.
             7 => {
@@ -1869,6 +1887,19 @@ pub fn nats_reader(data: &[u8]) {
         }
         // The driver reads on with a new consumer, as the viewer does.
         for from_seq in resumes {
+            let last_before = r.last_seq();
+            // The last the reader is told, if any: at or below its own (not 0), the
+            // message there is read again.
+            let told = match info % 5 {
+                1 => None,
+                0 => Some(stream_last),
+                2 => Some(0),
+                3 => Some(u64::MAX),
+                _ => Some(stream_last + 1 + u64::from(info)),
+            };
+            if let Some(l) = told {
+                v.reread = (l != 0 && l <= last_before).then_some(l);
+            }
             let from = match info % 5 {
                 // The stream's information did not come: from where the reader says.
                 1 => from_seq,
@@ -1891,9 +1922,11 @@ pub fn nats_reader(data: &[u8]) {
             };
             // Every message the stream holds from there.
             for (seq, leaf, payload) in &stream {
-                if *seq >= from && !v.stopped {
+                if *seq >= from
+                    && !v.stopped
+                    && message(&mut r, &mut v, now, &subjects[*leaf], *seq, payload, None)
+                {
                     heard = now;
-                    message(&mut r, &mut v, now, &subjects[*leaf], *seq, payload, None);
                 }
             }
         }

@@ -85,8 +85,8 @@ pub async fn follow<H: Hand>(
                         nats::Event::Silent => silent = true,
                         nats::Event::Resume { from_seq } => {
                             debug!(last_seq = m.last_seq(), "no message for a while: reading on with a new consumer");
-                            // From the stream's last sequence when it went back below the
-                            // reader's (a cluster that lost its tail numbers again from there);
+                            // From the stream's last message when its sequence is at or below
+                            // the reader's (a cluster that lost its tail numbers again from there);
                             // a stream without a leader does not answer: 0.5 s at most.
                             let info = tokio::time::timeout(Duration::from_millis(500), stream.get_info());
                             let from = match info.await {

@@ -686,11 +686,6 @@ pub fn end_reached(sim: &mut Sim) {
     let (Some(trouble), Some((_, first))) = (n.end_trouble.as_ref(), n.end_first) else {
         return;
     };
-    // A cluster that lost acknowledged messages numbers them again: that is the rule of
-    // `readers_not_stranded` and `lost_acknowledged_named`, not this one's.
-    if !n.cluster.lost_acked.is_empty() {
-        return;
-    }
     // A viewer paused or slow within the last SILENCE_TICKS had no time to read on.
     let since = sim.now.saturating_sub(crate::SILENCE_TICKS);
     let waiting = (0..sim.viewers.len()).find(|&i| {
@@ -900,7 +895,7 @@ fn spool(sp: &mut Spool, reader: &mut Reader, batch: &mut Vec<Arrival>) {
 }
 
 /// The reader's timers: a quiet stream read on with a new consumer (from the stream's
-/// last sequence, when that is below the reader's), silence.
+/// last message, when its sequence is at or below the reader's last), silence.
 fn timers(sim: &mut Sim, i: usize, ms: u64, connected: bool) {
     let Some(Nats {
         cluster, readings, ..

@@ -91,6 +91,9 @@ pub struct Reader {
     follow: Follow,
     /// The last stream sequence taken.
     last_seq: u64,
+    /// The stream's last sequence, at or below the last one taken when the driver read on
+    /// ([`Reader::handle_stream_last`]): its message is read again (0: none).
+    reread: u64,
     /// When the last message came.
     heard: Millis,
     /// When the driver last looked (a message, a request, the resume timer).
@@ -120,6 +123,7 @@ impl Reader {
             host_step: world.step,
             world,
             last_seq: key_seq,
+            reread: 0,
             heard: now,
             woke: now,
             done: false,
@@ -207,9 +211,19 @@ impl Reader {
     /// [`Event::Resume`]: returns the sequence to read on from. Below the last one taken,
     /// the stream lost its tail (a cluster that lost acknowledged messages) and numbers the
     /// next messages from there again: the reader takes them as new (one it took before is
-    /// skipped by its step), not as repeats.
+    /// skipped by its step), not as repeats. At or below the last one taken, the stream's
+    /// last message may be such a new one at a sequence taken before (the host's end,
+    /// say): the reader reads on from it, and takes it again; the message it took
+    /// before, read again, gives nothing and is not a message heard (the silence is not
+    /// put off).
     pub fn handle_stream_last(&mut self, last: u64) -> u64 {
-        self.last_seq = self.last_seq.min(last);
+        if last != 0 && last <= self.last_seq {
+            self.reread = last;
+            self.last_seq = last - 1;
+        } else {
+            self.reread = 0;
+            self.last_seq = self.last_seq.min(last);
+        }
         self.last_seq.saturating_add(1)
     }
 
@@ -253,7 +267,9 @@ impl Reader {
         seq: u64,
         payload: &[u8],
     ) -> Result<Option<End>, FormatError> {
-        self.heard = now;
+        let reread = std::mem::take(&mut self.reread);
+        let reread = seq != 0 && reread == seq;
+        let heard = std::mem::replace(&mut self.heard, now);
         self.woke = now;
         let again = seq <= self.last_seq && seq != 0 && !self.plant.is(Plant::PassRepeats);
         if self.done || again {
@@ -261,7 +277,12 @@ impl Reader {
         }
         self.last_seq = self.last_seq.max(seq);
         let place = format!("{}: subject {subject}, stream sequence {seq}", self.name);
+        let events = self.events.len();
         let taken = self.take(subject, &place, payload);
+        if reread && matches!(taken, Ok(None)) && self.events.len() == events {
+            // The message taken before, read again: the stream said nothing new.
+            self.heard = heard;
+        }
         // The end or a refusal: nothing follows.
         if !matches!(taken, Ok(None)) {
             self.done = true;
@@ -385,7 +406,9 @@ impl Reader {
             });
             return;
         }
-        if let Some((from, to)) = self.follow.open_gap(host_step) {
+        // The steps heard of are the follower's, and those the spool dropped before the
+        // keyframe that closed its gap (records past that keyframe's step among them).
+        if let Some((from, to)) = self.follow.open_gap(host_step.max(self.host_step)) {
             let why = format!(
                 "steps {from}..{to} are not on the stream {} {when}",
                 self.session.stream()
@@ -607,7 +630,9 @@ mod tests {
         drain(&mut r);
         // Sequence 7 was lost: the stream's last is 6, and its next messages are 7, 8.
         assert_eq!(r.handle_stream_last(9), 8);
-        assert_eq!(r.handle_stream_last(6), 7);
+        // Its last message, 6, is read again: the one taken (a repeat).
+        assert_eq!(r.handle_stream_last(6), 6);
+        assert_eq!(r.handle_message(3, &rec, 6, &recs(10..12)), Ok(None));
         assert_eq!(r.handle_message(3, &rec, 7, &recs(16..17)), Ok(None));
         assert_eq!(r.handle_message(4, &keys, 8, &key(world(1, 20))), Ok(None));
         assert_eq!(
@@ -615,6 +640,85 @@ mod tests {
             [
                 "missing".to_string(),
                 "gap to 20 (keyframe): steps 14..20 are not on the stream OSTM_demo; continuing from its keyframe at step 20".into()
+            ]
+        );
+    }
+
+    /// Found by the seeded simulation (seed 1802): every node of the cluster killed at
+    /// once lost every message, the keyframe the reader joined at (sequence 5) with them;
+    /// the host's end, published again, was stored at sequence 5 too. The reader read on
+    /// from 6 and never got it; it reads the stream's last message again now.
+    #[test]
+    fn the_end_numbered_at_the_sequence_taken_last_is_taken() {
+        let mut r = reader();
+        let end = Session::new("demo").unwrap().end();
+        let msg = frames(&[ToViewer::End(End {
+            reason: EndReason::Finished,
+            text: "done".into(),
+            host_step: 10,
+        })]);
+        r.handle_timeout(RESUME_AFTER_MS);
+        assert_eq!(drain(&mut r), ["resume from 6"]);
+        assert_eq!(r.handle_stream_last(5), 5);
+        assert!(r.handle_message(3_500, &end, 5, &msg).unwrap().is_some());
+        assert_eq!(drain(&mut r), ["end 10"]);
+    }
+
+    /// The stream's last message read again at each read-on of a quiet stream is the one
+    /// taken: it gives nothing, and the session is given up 30 s after the last message
+    /// heard, as before.
+    #[test]
+    fn the_last_message_read_again_does_not_put_the_silence_off() {
+        let mut r = reader();
+        let rec = Session::new("demo").unwrap().records();
+        assert_eq!(r.handle_message(1_000, &rec, 6, &recs(10..11)), Ok(None));
+        drain(&mut r);
+        let mut now = r.poll_timeout().unwrap();
+        let mut resumes = 0;
+        loop {
+            r.handle_timeout(now);
+            let got = drain(&mut r);
+            if got == ["silent"] {
+                break;
+            }
+            assert_eq!(got, ["resume from 7"]);
+            resumes += 1;
+            assert_eq!(r.handle_stream_last(6), 6);
+            assert_eq!(r.handle_message(now, &rec, 6, &recs(10..11)), Ok(None));
+            assert!(drain(&mut r).is_empty());
+            now = r.poll_timeout().unwrap();
+        }
+        assert_eq!(now, 1_000 + SILENCE_MS);
+        assert_eq!(resumes, 9);
+    }
+
+    /// Found by the fuzz target's oracle: the spool's gap closed by a keyframe behind
+    /// records it dropped (step 17, records to 17 heard of), then silence: the steps
+    /// heard of past the keyframe are a gap, named to the last one.
+    #[test]
+    fn silence_after_a_spool_gap_closed_behind_the_records_names_their_gap() {
+        let mut r = reader();
+        let rec = Session::new("demo").unwrap().records();
+        let keys = Session::new("demo").unwrap().keyframes();
+        assert_eq!(r.handle_message(1, &rec, 6, &recs(10..12)), Ok(None));
+        drain(&mut r);
+        r.handle_spool_full("full".into());
+        assert_eq!(r.handle_message(2, &rec, 7, &recs(12..18)), Ok(None));
+        r.handle_spool_drained();
+        assert_eq!(r.handle_message(3, &keys, 8, &key(world(1, 17))), Ok(None));
+        assert_eq!(
+            drain(&mut r),
+            [
+                "missing",
+                "gap to 17 (keyframe): full; continuing from the stream OSTM_demo's keyframe at step 17"
+            ]
+        );
+        r.handle_timeout(3 + SILENCE_MS);
+        assert_eq!(
+            drain(&mut r),
+            [
+                "gap to 18: steps 17..18 are not on the stream OSTM_demo before the session was lost",
+                "silent"
             ]
         );
     }
