@@ -277,20 +277,23 @@ impl Cluster {
         self.ready().unwrap_or_else(|e| panic!("{e}"));
     }
 
-    /// [`Cluster::wait_ready`], its failure a sentence.
-    fn ready(&self) -> Result<(), String> {
-        let up: Vec<&Node> = self
-            .nodes
+    /// The running nodes that are neither paused nor cut off: those that route to each
+    /// other.
+    fn up(&self) -> Vec<&Node> {
+        self.nodes
             .iter()
             .filter(|n| n.running() && !n.paused && !n.cut)
-            .collect();
+            .collect()
+    }
+
+    /// [`Cluster::wait_ready`], its failure a sentence.
+    fn ready(&self) -> Result<(), String> {
+        let up = self.up();
         let deadline = Instant::now() + LIMIT;
         loop {
             let mut why = Vec::new();
             for n in &up {
-                let routes = monitor(n.http_port, "/routez")
-                    .and_then(|r| r["num_routes"].as_u64())
-                    .unwrap_or(0);
+                let routes = routes(n);
                 let jsz = monitor(n.http_port, "/jsz");
                 let leader = jsz
                     .as_ref()
@@ -493,19 +496,13 @@ impl Cluster {
             l.2.heal();
         }
         self.nodes[i].cut = false;
-        let up: Vec<&Node> = self
-            .nodes
-            .iter()
-            .filter(|n| n.running() && !n.paused && !n.cut)
-            .collect();
+        let up = self.up();
         let deadline = Instant::now() + LIMIT;
         loop {
             let short: Vec<String> = up
                 .iter()
                 .filter_map(|n| {
-                    let routes = monitor(n.http_port, "/routez")
-                        .and_then(|r| r["num_routes"].as_u64())
-                        .unwrap_or(0);
+                    let routes = routes(n);
                     ((routes as usize) < up.len() - 1)
                         .then(|| format!("{}: {routes} routes", n.name))
                 })
@@ -616,4 +613,11 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The routes node `n` has (its monitor's `/routez`), 0 when it does not answer.
+fn routes(n: &Node) -> u64 {
+    monitor(n.http_port, "/routez")
+        .and_then(|r| r["num_routes"].as_u64())
+        .unwrap_or(0)
 }
